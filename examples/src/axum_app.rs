@@ -1,0 +1,58 @@
+//! The demo app as an axum 0.8 `Router` (served by `--example axum`).
+//!
+//! Routes (see `examples::responses`):
+//! - `GET /` a small HTML page loading `/critical` and two `/bg/...` resources, pinned `u=0`;
+//! - `GET /critical` 4096 bytes, pinned `u=0`;
+//! - `GET /bg/{name}` 1048576 bytes in 16 KiB chunks, following the client's priority;
+//! - `GET /size/{n}` `n` bytes (`n <= 67108864`, else 400 with a plain-text reason).
+//!
+//! The whole router is under `PriorityLayer::new()`, so every handler sees the effective
+//! `Priority` in its request extensions; per-route layers pin `u=0`.
+
+use crate::responses::{
+    index_response, not_found, pattern_response, size_response, BG_LEN, CRITICAL_LEN,
+    CRITICAL_URGENCY,
+};
+use axum::extract::Path;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use tower_priority::{Priority, PriorityLayer};
+use tracing::debug;
+
+/// The application: routes, per-route pins, and the outer layer that follows the client.
+///
+/// ```
+/// let app: axum::Router = examples::axum_app::router();
+/// # let _ = app;
+/// ```
+pub fn router() -> Router {
+    let pinned = || PriorityLayer::new().urgency(CRITICAL_URGENCY);
+    Router::new()
+        .route("/", get(index).layer(pinned()))
+        .route("/critical", get(critical).layer(pinned()))
+        .route("/bg/{name}", get(bg))
+        .route("/size/{n}", get(size))
+        .fallback(|| async { not_found() })
+        .layer(PriorityLayer::new())
+}
+
+async fn index(Extension(priority): Extension<Priority>) -> Response {
+    debug!(%priority, "GET /");
+    index_response().into_response()
+}
+
+async fn critical(Extension(priority): Extension<Priority>) -> Response {
+    debug!(%priority, "GET /critical");
+    pattern_response(CRITICAL_LEN).into_response()
+}
+
+async fn bg(Path(name): Path<String>, Extension(priority): Extension<Priority>) -> Response {
+    debug!(%priority, name, "GET /bg/{{name}}");
+    pattern_response(BG_LEN).into_response()
+}
+
+async fn size(Path(n): Path<String>, Extension(priority): Extension<Priority>) -> Response {
+    debug!(%priority, n, "GET /size/{{n}}");
+    size_response(&n).into_response()
+}

@@ -1,0 +1,451 @@
+//! Test support: run an example binary, TLS clients (h2 and HTTP/1.1), a TLS record tap,
+//! and body checks.
+
+#![allow(dead_code)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use examples::pattern_byte;
+use http::{HeaderMap, Request, StatusCode};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::process::{Child, ChildStdout, Command};
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+/// Bound for anything a test waits on.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Awaits `fut` or panics after [`TIMEOUT`].
+pub async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
+    tokio::time::timeout(TIMEOUT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// Path of a built example binary: the test executable is
+/// `target/<profile>/deps/<test>-<hash>`, the examples are in `target/<profile>/examples/`.
+pub fn example_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("test executable is in target/<profile>/deps");
+    let path = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} does not exist: build the examples first (`cargo test -p examples` does, \
+         or `cargo build -p examples --examples`)",
+        path.display()
+    );
+    path
+}
+
+/// A running example server, killed when dropped. Its stderr (tracing) is collected and
+/// printed if the test fails.
+pub struct Server {
+    pub name: &'static str,
+    pub addr: SocketAddr,
+    pub child: Child,
+    _stdout: BufReader<ChildStdout>,
+    logs: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts example `name` with `--addr 127.0.0.1:0` and `extra` arguments, and reads the
+    /// bound address from the first stdout line.
+    pub async fn start(name: &'static str, extra: &[&str]) -> Server {
+        let mut child = Command::new(example_path(name))
+            .args(["--addr", "127.0.0.1:0"])
+            .args(extra)
+            .env("RUST_LOG", "info,examples=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let logs = Arc::new(Mutex::new(String::new()));
+        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = logs.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = stderr.next_line().await {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let n = within("first stdout line", stdout.read_line(&mut line))
+            .await
+            .expect("read stdout");
+        assert!(
+            n > 0,
+            "{name} exited before printing its address: {}",
+            logs.lock().unwrap()
+        );
+        let addr = line
+            .strip_suffix('\n')
+            .and_then(|l| l.strip_prefix("listening on https://"))
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap_or_else(|e| panic!("bad address in {line:?}: {e}"));
+        Server {
+            name,
+            addr,
+            child,
+            _stdout: stdout,
+            logs,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("server still running")
+    }
+
+    /// Sends SIGTERM with the `kill` command.
+    pub fn sigterm(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} server stderr ---\n{}",
+                self.name,
+                self.logs.lock().unwrap()
+            );
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+/// Accepts any server certificate (the generated self-signed one), while still checking
+/// the handshake signatures. Test code only.
+#[derive(Debug)]
+pub struct AcceptAnyCert(pub Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Client config accepting any certificate, offering `alpn`.
+pub fn insecure_client(alpn: &[&[u8]]) -> Arc<ClientConfig> {
+    let mut c = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider())))
+        .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(c)
+}
+
+/// Client config trusting only `root`, offering `alpn`.
+pub fn trusting_client(root: CertificateDer<'static>, alpn: &[&[u8]]) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(root).unwrap();
+    let mut c = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Arc::new(c)
+}
+
+/// TLS record lengths (the 2-byte length field of each record header) seen on the
+/// server-to-client direction.
+#[derive(Debug, Default)]
+pub struct RecordLog {
+    header: Vec<u8>,
+    body_left: usize,
+    pub lengths: Vec<usize>,
+}
+
+impl RecordLog {
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len());
+                self.body_left -= n;
+                data = &data[n..];
+                continue;
+            }
+            let n = (5 - self.header.len()).min(data.len());
+            self.header.extend_from_slice(&data[..n]);
+            data = &data[n..];
+            if self.header.len() == 5 {
+                let len = u16::from_be_bytes([self.header[3], self.header[4]]) as usize;
+                self.lengths.push(len);
+                self.body_left = len;
+                self.header.clear();
+            }
+        }
+    }
+}
+
+/// A TCP stream that logs the TLS records it reads.
+pub struct Tapped {
+    inner: TcpStream,
+    pub log: Arc<Mutex<RecordLog>>,
+}
+
+impl AsyncRead for Tapped {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = res {
+            self.log.lock().unwrap().feed(&buf.filled()[before..]);
+        }
+        res
+    }
+}
+
+impl AsyncWrite for Tapped {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Connects TCP + TLS to `addr` as `server_name`, with the TLS record tap.
+pub async fn tls_connect(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+    server_name: &str,
+) -> (TlsStream<Tapped>, Arc<Mutex<RecordLog>>) {
+    let tcp = within("TCP connect", TcpStream::connect(addr))
+        .await
+        .expect("TCP connect");
+    tcp.set_nodelay(true).unwrap();
+    let log = Arc::new(Mutex::new(RecordLog::default()));
+    let tapped = Tapped {
+        inner: tcp,
+        log: log.clone(),
+    };
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
+    let tls = within(
+        "TLS handshake",
+        TlsConnector::from(config).connect(name, tapped),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("TLS handshake as {server_name}: {e}"));
+    (tls, log)
+}
+
+/// An HTTP/2 client connection.
+pub struct H2 {
+    pub send: h2::client::SendRequest<Bytes>,
+    pub authority: String,
+    pub peer_cert: CertificateDer<'static>,
+    pub records: Arc<Mutex<RecordLog>>,
+}
+
+/// Connects and runs the HTTP/2 handshake (large windows unless `window` is given);
+/// asserts that ALPN negotiated `h2`.
+pub async fn h2_connect(
+    addr: SocketAddr,
+    config: Arc<ClientConfig>,
+    server_name: &str,
+    window: Option<u32>,
+) -> H2 {
+    let (tls, records) = tls_connect(addr, config, server_name).await;
+    let (_, conn) = tls.get_ref();
+    assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
+    let peer_cert = conn.peer_certificates().unwrap()[0].clone().into_owned();
+    let mut builder = h2::client::Builder::new();
+    match window {
+        Some(w) => builder.initial_window_size(w),
+        None => builder
+            .initial_window_size(8 << 20)
+            .initial_connection_window_size(32 << 20),
+    };
+    let (send, connection) = within("h2 handshake", builder.handshake(tls))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    H2 {
+        send,
+        authority: addr.to_string(),
+        peer_cert,
+        records,
+    }
+}
+
+/// A response with its whole body.
+#[derive(Debug)]
+pub struct Fetched {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl H2 {
+    /// Sends a request with `method`, `path` and `headers`, without waiting for the body.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> http::Response<h2::RecvStream> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("https://{}{path}", self.authority));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let send = within("h2 ready", self.send.clone().ready())
+            .await
+            .expect("h2 ready");
+        let mut send = send;
+        let (res, _) = send
+            .send_request(req.body(()).unwrap(), true)
+            .expect("send_request");
+        within("h2 response", res).await.expect("h2 response")
+    }
+
+    /// `GET path` with `headers`, the whole body read.
+    pub async fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> Fetched {
+        self.fetch("GET", path, headers).await
+    }
+
+    /// A request with `method`, the whole body read.
+    pub async fn fetch(&mut self, method: &str, path: &str, headers: &[(&str, &str)]) -> Fetched {
+        let res = self.request(method, path, headers).await;
+        let (parts, mut body) = res.into_parts();
+        let body = within("h2 body", read_all(&mut body, usize::MAX)).await;
+        Fetched {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    }
+}
+
+/// Reads up to `limit` bytes (at least, whole frames) or to the end, releasing flow-control
+/// capacity as it goes.
+pub async fn read_all(body: &mut h2::RecvStream, limit: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    while out.len() < limit {
+        match body.data().await {
+            Some(chunk) => {
+                let chunk = chunk.expect("h2 DATA");
+                body.flow_control()
+                    .release_capacity(chunk.len())
+                    .expect("release capacity");
+                out.extend_from_slice(&chunk);
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// Asserts that `body` is exactly the first `len` pattern bytes, comparing SHA-256 digests
+/// and naming the first wrong offset if they differ.
+pub fn assert_pattern(body: &[u8], len: u64, what: &str) {
+    let expected: Vec<u8> = (0..len).map(pattern_byte).collect();
+    if Sha256::digest(body) != Sha256::digest(&expected) {
+        let first_bad = body
+            .iter()
+            .zip(&expected)
+            .position(|(a, b)| a != b)
+            .unwrap_or(body.len().min(expected.len()));
+        panic!(
+            "{what}: body of {} bytes differs from the {len}-byte pattern at offset {first_bad}",
+            body.len()
+        );
+    }
+}
+
+/// A header as a string, or "" when absent.
+pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+    headers
+        .get(name)
+        .map(|v| v.to_str().expect("ASCII header"))
+        .unwrap_or("")
+}

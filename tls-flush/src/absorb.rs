@@ -1,0 +1,164 @@
+//! Cuts h2's writes into frames. h2 may split a frame across writes (or put many frames in
+//! one); this reassembles them, and stops at each frame header so the caller can decide
+//! whether to take the frame now or leave it in h2's own buffer.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::frame::{FrameHeader, HEADER_LEN};
+
+/// Incremental frame reassembly for one direction.
+#[derive(Debug, Default)]
+pub(crate) struct FrameAssembler {
+    header: [u8; HEADER_LEN],
+    header_len: usize,
+    /// The admitted frame being filled, its header already in the buffer.
+    current: Option<(FrameHeader, BytesMut)>,
+}
+
+/// What one call to [`FrameAssembler::step`] did; each variant says how many input bytes
+/// it consumed.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Everything offered was consumed and more is needed.
+    NeedInput(usize),
+    /// A frame header is complete; call [`FrameAssembler::admit`] to take the frame.
+    Header(usize, FrameHeader),
+    /// A frame is complete, header included.
+    Frame(usize, FrameHeader, Bytes),
+}
+
+impl FrameAssembler {
+    /// True when no frame is partially received.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.header_len == 0 && self.current.is_none()
+    }
+
+    /// Consumes bytes until the next event.
+    pub(crate) fn step(&mut self, buf: &[u8]) -> Step {
+        if let Some((header, frame)) = &mut self.current {
+            let n = (header.frame_len() - frame.len()).min(buf.len());
+            frame.extend_from_slice(&buf[..n]);
+            if frame.len() < header.frame_len() {
+                return Step::NeedInput(n);
+            }
+            let (header, frame) = self.current.take().expect("checked above");
+            return Step::Frame(n, header, frame.freeze());
+        }
+        let n = (HEADER_LEN - self.header_len).min(buf.len());
+        self.header[self.header_len..self.header_len + n].copy_from_slice(&buf[..n]);
+        self.header_len += n;
+        match FrameHeader::parse(&self.header[..self.header_len]) {
+            Some(header) => Step::Header(n, header),
+            None => Step::NeedInput(n),
+        }
+    }
+
+    /// Gives back the last `n` header bytes taken (a refused frame's, from the current
+    /// write), so the caller can report them as not written.
+    pub(crate) fn retreat(&mut self, n: usize) {
+        debug_assert!(self.current.is_none() && n <= self.header_len);
+        self.header_len -= n.min(self.header_len);
+    }
+
+    /// Takes the frame whose header [`step`](Self::step) last reported.
+    pub(crate) fn admit(&mut self) {
+        let header = FrameHeader::parse(&self.header[..self.header_len])
+            .expect("a complete header is pending");
+        self.header_len = 0;
+        let mut frame = BytesMut::with_capacity(header.frame_len());
+        frame.extend_from_slice(&self.header);
+        self.current = Some((header, frame));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame;
+
+    fn frame(kind: u8, stream_id: u32, len: usize) -> Vec<u8> {
+        let mut v = FrameHeader {
+            length: len as u32,
+            kind,
+            flags: 0,
+            stream_id,
+        }
+        .encode()
+        .to_vec();
+        v.resize(HEADER_LEN + len, 0xab);
+        v
+    }
+
+    /// Feeds `buf`, admitting frames while `admit` says so; returns bytes taken.
+    fn feed(
+        a: &mut FrameAssembler,
+        buf: &[u8],
+        admit: impl Fn(&FrameHeader) -> bool,
+        out: &mut Vec<Bytes>,
+    ) -> usize {
+        let mut taken = 0;
+        loop {
+            match a.step(&buf[taken..]) {
+                Step::NeedInput(n) => return taken + n,
+                Step::Header(n, h) => {
+                    if !admit(&h) {
+                        a.retreat(n);
+                        return taken;
+                    }
+                    taken += n;
+                    a.admit();
+                }
+                Step::Frame(n, _, b) => {
+                    taken += n;
+                    out.push(b);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refusal_after_a_split_header_keeps_only_earlier_bytes() {
+        let wire = frame(frame::DATA, 1, 0);
+        let mut a = FrameAssembler::default();
+        let mut out = Vec::new();
+        assert_eq!(feed(&mut a, &wire[..5], |_| false, &mut out), 5);
+        // The last four header bytes come in a later write and are refused: only they go back.
+        assert_eq!(feed(&mut a, &wire[5..], |_| false, &mut out), 0);
+        assert_eq!(feed(&mut a, &wire[5..], |_| true, &mut out), 4);
+        assert_eq!(out.concat(), wire);
+    }
+
+    #[test]
+    fn reassembles_split_frames_at_every_offset() {
+        let wire = [
+            frame(frame::DATA, 1, 20),
+            frame(0x6, 0, 8),
+            frame(frame::DATA, 3, 0),
+        ]
+        .concat();
+        for cut in 0..=wire.len() {
+            let mut a = FrameAssembler::default();
+            let mut out = Vec::new();
+            let n1 = feed(&mut a, &wire[..cut], |_| true, &mut out);
+            let n2 = feed(&mut a, &wire[cut..], |_| true, &mut out);
+            assert_eq!(n1 + n2, wire.len());
+            assert!(a.is_idle());
+            assert_eq!(out.concat(), wire);
+            assert_eq!(out.len(), 3);
+        }
+    }
+
+    #[test]
+    fn refusal_gives_the_header_back_and_stops() {
+        let wire = [frame(frame::DATA, 1, 4), frame(frame::DATA, 3, 4)].concat();
+        let mut a = FrameAssembler::default();
+        let mut out = Vec::new();
+        let n = feed(&mut a, &wire, |h| h.stream_id == 1, &mut out);
+        assert_eq!((n, out.len()), (13, 1));
+        assert!(a.is_idle(), "the refused header is left with the writer");
+        assert_eq!(feed(&mut a, &wire[n..], |_| false, &mut out), 0);
+        assert_eq!(feed(&mut a, &wire[n..], |_| true, &mut out), 13);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out.concat(), wire);
+    }
+}

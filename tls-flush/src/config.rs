@@ -1,0 +1,266 @@
+//! Per-connection configuration: which parts of the pipeline run and their bounds.
+
+use std::time::Duration;
+
+/// The largest TLS plaintext record (RFC 8446 §5.1).
+pub const MAX_RECORD_PAYLOAD: usize = 16384;
+
+/// Preset behaviours, named as the example servers and the lab name them.
+///
+/// ```
+/// use tls_flush::{FlushConfig, Policy};
+///
+/// let config = FlushConfig::for_policy(Policy::EarlyFlush);
+/// assert_eq!(config.policy(), Policy::EarlyFlush);
+/// assert_eq!("scheduled".parse::<Policy>(), Ok(Policy::Scheduled));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Policy {
+    /// h2's order; records packed full; an urgent small DATA frame ends its record and is
+    /// flushed at once; the downstream is kept shallow (the seeds' G0A early flush).
+    EarlyFlush,
+    /// h2's order; dynamic record sizes: small records at connection start and after an
+    /// idle gap, ramping up to full records.
+    Dynamic,
+    /// Everything: RFC 9218 scheduling, packing, early cuts, shallow downstream.
+    #[default]
+    Scheduled,
+}
+
+impl Policy {
+    /// Every policy, in the order they are documented.
+    pub const ALL: [Policy; 3] = [Policy::EarlyFlush, Policy::Dynamic, Policy::Scheduled];
+
+    /// The policy's name on command lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::EarlyFlush => "early-flush",
+            Policy::Dynamic => "dynamic",
+            Policy::Scheduled => "scheduled",
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error for an unknown policy name.
+///
+/// ```
+/// assert!("fast".parse::<tls_flush::Policy>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownPolicy(pub String);
+
+impl std::fmt::Display for UnknownPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown policy {:?}; valid: early-flush, dynamic, scheduled",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPolicy {}
+
+impl std::str::FromStr for Policy {
+    type Err = UnknownPolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| UnknownPolicy(s.to_owned()))
+    }
+}
+
+/// How big the records handed to the TLS layer are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordSizing {
+    /// Every record up to this many plaintext bytes.
+    Fixed(usize),
+    /// Ramp 1368 → 2736 → 4096 → 8192 → 16384 bytes over the first ~16 KiB sent, and
+    /// start over after the connection was idle for `idle_reset`.
+    Dynamic {
+        /// Idle gap after which records start small again.
+        idle_reset: Duration,
+    },
+}
+
+/// Configuration of one wrapped connection; build it from a [`Policy`] and adjust.
+///
+/// ```
+/// use std::time::Duration;
+/// use tls_flush::{FlushConfig, Policy};
+///
+/// let config = FlushConfig::default()
+///     .soft_limit(128 * 1024)
+///     .urgent_cut(0, 4096)
+///     .notsent_lowat(Some(16 * 1024))
+///     .tls_max_fragment_size(Some(4096));
+/// assert_eq!(config.policy(), Policy::Scheduled);
+/// ```
+#[derive(Debug, Clone)]
+pub struct FlushConfig {
+    pub(crate) policy: Policy,
+    pub(crate) reorder: bool,
+    pub(crate) pack: bool,
+    pub(crate) record_sizing: RecordSizing,
+    pub(crate) tls_record_payload: usize,
+    pub(crate) urgent_cut: Option<(u8, usize)>,
+    pub(crate) cork: bool,
+    pub(crate) soft_limit: usize,
+    pub(crate) hard_limit: usize,
+    pub(crate) notsent_lowat: Option<u32>,
+    pub(crate) no_rfc7540_priorities: bool,
+    pub(crate) max_early_updates: usize,
+    pub(crate) max_tracked_streams: usize,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        FlushConfig::for_policy(Policy::Scheduled)
+    }
+}
+
+impl FlushConfig {
+    /// The preset for `policy`, with default bounds.
+    pub fn for_policy(policy: Policy) -> Self {
+        let base = FlushConfig {
+            policy,
+            reorder: false,
+            pack: true,
+            record_sizing: RecordSizing::Fixed(MAX_RECORD_PAYLOAD),
+            tls_record_payload: MAX_RECORD_PAYLOAD,
+            urgent_cut: Some((0, 4096)),
+            cork: true,
+            soft_limit: 256 * 1024,
+            hard_limit: 1024 * 1024,
+            notsent_lowat: Some(16 * 1024),
+            no_rfc7540_priorities: true,
+            max_early_updates: 128,
+            max_tracked_streams: 1024,
+        };
+        match policy {
+            Policy::EarlyFlush => base,
+            Policy::Dynamic => FlushConfig {
+                urgent_cut: None,
+                record_sizing: RecordSizing::Dynamic {
+                    idle_reset: Duration::from_secs(1),
+                },
+                ..base
+            },
+            Policy::Scheduled => FlushConfig {
+                reorder: true,
+                ..base
+            },
+        }
+    }
+
+    /// The preset this configuration started from.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Bytes absorbed from h2 before only frames that would be sent ahead of the queue
+    /// are admitted (default 256 KiB).
+    pub fn soft_limit(mut self, bytes: usize) -> Self {
+        self.soft_limit = bytes;
+        self.hard_limit = self.hard_limit.max(bytes);
+        self
+    }
+
+    /// Bytes absorbed from h2 beyond which nothing more is admitted (default 1 MiB).
+    pub fn hard_limit(mut self, bytes: usize) -> Self {
+        self.hard_limit = bytes.max(self.soft_limit);
+        self
+    }
+
+    /// Ends a record right after a DATA frame of urgency `<= max_urgency` whose payload is
+    /// at most `max_payload` bytes, and flushes it at once (default `0`, 4096). The response
+    /// HEADERS of such a stream also end their record when its DATA is not queued yet, so
+    /// they never wait inside a record of less urgent bytes.
+    pub fn urgent_cut(mut self, max_urgency: u8, max_payload: usize) -> Self {
+        self.urgent_cut = Some((max_urgency, max_payload));
+        self
+    }
+
+    /// Never ends a record early.
+    pub fn no_urgent_cut(mut self) -> Self {
+        self.urgent_cut = None;
+        self
+    }
+
+    /// Lets a short record of bulk DATA wait one turn of the task scheduler on flush for
+    /// h2's next frame, so that records stay full (default on). Urgent frames, control
+    /// frames, header blocks and the end of a stream never wait.
+    pub fn cork(mut self, on: bool) -> Self {
+        self.cork = on;
+        self
+    }
+
+    /// Record sizes handed to the TLS layer.
+    pub fn record_sizing(mut self, sizing: RecordSizing) -> Self {
+        self.record_sizing = sizing;
+        self
+    }
+
+    /// Tells the wrapper the `max_fragment_size` given to rustls, so that its records are
+    /// cut where rustls cuts them (rustls puts `n - 5` plaintext bytes in a record).
+    pub fn tls_max_fragment_size(mut self, max_fragment_size: Option<usize>) -> Self {
+        self.tls_record_payload = match max_fragment_size {
+            Some(n) => n.saturating_sub(5).clamp(1, MAX_RECORD_PAYLOAD),
+            None => MAX_RECORD_PAYLOAD,
+        };
+        self
+    }
+
+    /// `TCP_NOTSENT_LOWAT` for the socket (default 16 KiB); `None` leaves it alone.
+    pub fn notsent_lowat(mut self, bytes: Option<u32>) -> Self {
+        self.notsent_lowat = bytes;
+        self
+    }
+
+    /// Appends `SETTINGS_NO_RFC7540_PRIORITIES = 1` to h2's first SETTINGS frame (default on).
+    pub fn announce_no_rfc7540_priorities(mut self, on: bool) -> Self {
+        self.no_rfc7540_priorities = on;
+        self
+    }
+
+    /// Packs bulk bytes into full records (default on). Off, each frame h2 wrote is
+    /// written on its own, as stock hyper does.
+    pub fn pack_records(mut self, on: bool) -> Self {
+        self.pack = on;
+        self
+    }
+
+    /// Orders DATA by RFC 9218 (on for [`Policy::Scheduled`]).
+    pub fn reorder(mut self, on: bool) -> Self {
+        self.reorder = on;
+        self
+    }
+
+    /// PRIORITY_UPDATE frames kept for streams not yet open (default 128).
+    pub fn max_early_updates(mut self, n: usize) -> Self {
+        self.max_early_updates = n;
+        self
+    }
+
+    /// Plaintext bytes per record at `sent` bytes since start or idle.
+    pub(crate) fn record_target(&self, sent_since_idle: u64) -> usize {
+        let size = match self.record_sizing {
+            RecordSizing::Fixed(n) => n,
+            RecordSizing::Dynamic { .. } => match sent_since_idle {
+                0..1368 => 1368,
+                1368..4104 => 2736,
+                4104..8200 => 4096,
+                8200..16384 => 8192,
+                _ => MAX_RECORD_PAYLOAD,
+            },
+        };
+        size.clamp(1, self.tls_record_payload)
+    }
+}

@@ -1,0 +1,48 @@
+//! Makes RFC 9218 HTTP priorities reach the wire for hyper and h2 servers over rustls.
+//!
+//! h2 round-robins DATA frames and ignores the `priority` header; once bytes are handed to
+//! rustls and the kernel they can no longer be reordered. [`FlushStream`] sits between
+//! hyper and the TLS stream and:
+//!
+//! - observes the client's frames on the way in (without changing them) to learn each
+//!   stream's `priority` header and PRIORITY_UPDATE frames;
+//! - absorbs h2's frames on the way out into bounded per-stream queues, learns what the
+//!   server pinned in its `priority` response header (see `tower_priority::PriorityLayer`),
+//!   and orders DATA by RFC 9218 §10 while keeping every ordering h2 relies on;
+//! - writes full TLS records for bulk data, ends a record right after an urgent small DATA
+//!   frame and flushes it at once, and keeps rustls and the kernel (`TCP_NOTSENT_LOWAT`)
+//!   shallow so that priority still decides.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use tls_flush::{FlushConfig, Policy};
+//!
+//! # async fn run(tls_config: Arc<rustls::ServerConfig>) -> std::io::Result<()> {
+//! let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
+//! let acceptor = tokio_rustls::TlsAcceptor::from(tls_config);
+//! tls_flush::serve(listener, acceptor, FlushConfig::for_policy(Policy::Scheduled), app).await
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod absorb;
+mod config;
+mod frame;
+mod hpack;
+mod priorities;
+mod read_observer;
+mod scheduler;
+mod serve;
+mod socket;
+mod stats;
+mod stream;
+mod transport;
+mod write_path;
+
+pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, MAX_RECORD_PAYLOAD};
+pub use serve::{serve, serve_connection};
+pub use socket::notsent_lowat;
+pub use stats::{ConnectionStats, StatsSnapshot};
+pub use stream::FlushStream;
+pub use transport::Transport;

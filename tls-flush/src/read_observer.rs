@@ -1,0 +1,354 @@
+//! The read-side observer: follows the client's decrypted bytes on their way to h2,
+//! without changing them, and records the priority signals they carry.
+//!
+//! It needs only frame headers, plus the payloads of header blocks, PRIORITY_UPDATE
+//! and RST_STREAM; DATA payloads are skipped without being copied.
+
+use tower_priority::Priority;
+
+use crate::frame::{self, FrameHeader, CLIENT_PREFACE, HEADER_LEN};
+use crate::hpack::{join_field_lines, PassiveDecoder};
+use crate::priorities::StreamPriorities;
+use crate::stats::ConnectionStats;
+
+/// Largest header block we reassemble; a bigger one turns tracking off (h2 itself
+/// refuses header lists far smaller than this by default).
+const MAX_HEADER_BLOCK: usize = 256 * 1024;
+/// Largest payload we copy for the other frames we read (PRIORITY_UPDATE, RST_STREAM).
+const MAX_SMALL_PAYLOAD: usize = 16 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Still reading the client preface.
+    Undecided,
+    /// The preface matched: this is HTTP/2.
+    Http2,
+    /// Not HTTP/2 (or tracking was abandoned): bytes are no longer examined.
+    NotHttp2,
+}
+
+#[derive(Debug)]
+enum State {
+    Preface {
+        matched: usize,
+    },
+    Header {
+        buf: [u8; HEADER_LEN],
+        len: usize,
+    },
+    /// Reading a payload: `keep` means copy it into `payload`.
+    Payload {
+        header: FrameHeader,
+        remaining: usize,
+        keep: bool,
+    },
+    Off,
+}
+
+/// Follows one connection's client-to-server byte stream.
+#[derive(Debug)]
+pub(crate) struct ReadObserver {
+    state: State,
+    payload: Vec<u8>,
+    /// Header block being reassembled: stream id and fragments so far.
+    block_stream: u32,
+    block: Vec<u8>,
+    in_block: bool,
+    decoder: PassiveDecoder,
+}
+
+impl ReadObserver {
+    pub(crate) fn new(stats: ConnectionStats) -> Self {
+        ReadObserver {
+            state: State::Preface { matched: 0 },
+            payload: Vec::new(),
+            block_stream: 0,
+            block: Vec::new(),
+            in_block: false,
+            decoder: PassiveDecoder::new("request", stats),
+        }
+    }
+
+    pub(crate) fn verdict(&self) -> Verdict {
+        match self.state {
+            State::Preface { .. } => Verdict::Undecided,
+            State::Off => Verdict::NotHttp2,
+            _ => Verdict::Http2,
+        }
+    }
+
+    /// Feeds bytes the client sent, in order.
+    pub(crate) fn observe(&mut self, mut bytes: &[u8], priorities: &mut StreamPriorities) {
+        while !bytes.is_empty() {
+            match &mut self.state {
+                State::Off => return,
+                State::Preface { matched } => {
+                    let want = &CLIENT_PREFACE[*matched..];
+                    let n = want.len().min(bytes.len());
+                    if bytes[..n] != want[..n] {
+                        self.state = State::Off;
+                        return;
+                    }
+                    *matched += n;
+                    bytes = &bytes[n..];
+                    if *matched == CLIENT_PREFACE.len() {
+                        self.state = State::Header {
+                            buf: [0; HEADER_LEN],
+                            len: 0,
+                        };
+                    }
+                }
+                State::Header { buf, len } => {
+                    let n = (HEADER_LEN - *len).min(bytes.len());
+                    buf[*len..*len + n].copy_from_slice(&bytes[..n]);
+                    *len += n;
+                    bytes = &bytes[n..];
+                    if *len == HEADER_LEN {
+                        let Some(header) = FrameHeader::parse(buf) else {
+                            unreachable!("nine bytes always parse")
+                        };
+                        self.start_payload(header, priorities);
+                    }
+                }
+                State::Payload {
+                    header,
+                    remaining,
+                    keep,
+                } => {
+                    let n = (*remaining).min(bytes.len());
+                    if *keep {
+                        self.payload.extend_from_slice(&bytes[..n]);
+                    }
+                    *remaining -= n;
+                    bytes = &bytes[n..];
+                    if *remaining == 0 {
+                        let header = *header;
+                        self.finish_frame(header, priorities);
+                    }
+                }
+            }
+        }
+    }
+
+    fn start_payload(&mut self, header: FrameHeader, priorities: &mut StreamPriorities) {
+        let len = header.length as usize;
+        let keep = match header.kind {
+            frame::HEADERS | frame::CONTINUATION => {
+                self.decoder.is_enabled() && self.block.len() + len <= MAX_HEADER_BLOCK
+            }
+            frame::PRIORITY_UPDATE | frame::RST_STREAM => len <= MAX_SMALL_PAYLOAD,
+            _ => false,
+        };
+        self.payload.clear();
+        self.state = State::Payload {
+            header,
+            remaining: len,
+            keep,
+        };
+        if len == 0 {
+            self.finish_frame(header, priorities);
+        }
+    }
+
+    fn finish_frame(&mut self, header: FrameHeader, priorities: &mut StreamPriorities) {
+        self.state = State::Header {
+            buf: [0; HEADER_LEN],
+            len: 0,
+        };
+        let payload = std::mem::take(&mut self.payload);
+        match header.kind {
+            frame::HEADERS | frame::CONTINUATION => {
+                self.header_fragment(header, &payload, priorities)
+            }
+            frame::PRIORITY_UPDATE => {
+                if payload.len() == header.length as usize {
+                    priorities.apply_update(header.stream_id, &payload);
+                } else {
+                    // Longer than we copy: certainly not a sensible field value.
+                    priorities.apply_update(header.stream_id, &[]);
+                }
+            }
+            frame::RST_STREAM => priorities.close(header.stream_id),
+            _ => {}
+        }
+        self.payload = payload;
+    }
+
+    fn header_fragment(
+        &mut self,
+        header: FrameHeader,
+        payload: &[u8],
+        priorities: &mut StreamPriorities,
+    ) {
+        if header.kind == frame::HEADERS {
+            self.block.clear();
+            self.block_stream = header.stream_id;
+            self.in_block = true;
+        } else if !self.in_block || header.stream_id != self.block_stream {
+            // A stray CONTINUATION: h2 will treat it as a connection error.
+            return;
+        }
+        if self.decoder.is_enabled() {
+            if payload.len() != header.length as usize {
+                // Too large to reassemble: HPACK state is lost for good.
+                self.block.clear();
+                self.in_block = false;
+                self.decoder
+                    .give_up("header block larger than the observer reassembles");
+                return;
+            }
+            match frame::header_block_fragment(&header, payload) {
+                Some(fragment) => self.block.extend_from_slice(fragment),
+                None => {
+                    self.in_block = false;
+                    return;
+                }
+            }
+        }
+        if !header.end_headers() {
+            return;
+        }
+        self.in_block = false;
+        let stream_id = self.block_stream;
+        let block = std::mem::take(&mut self.block);
+        let fields = self.decoder.priority_fields(&block);
+        self.block = block;
+        self.block.clear();
+        let client = fields
+            .map(|values| {
+                if values.is_empty() {
+                    Priority::default()
+                } else {
+                    tower_priority::PriorityParams::parse(&join_field_lines(&values))
+                        .apply_to(Priority::default())
+                }
+            })
+            .unwrap_or_default();
+        priorities.open_request(stream_id, client);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = FrameHeader {
+            length: payload.len() as u32,
+            kind,
+            flags,
+            stream_id,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(payload);
+        out
+    }
+
+    /// A literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2).
+    fn literal(name: &str, value: &str) -> Vec<u8> {
+        let mut out = vec![0x00, name.len() as u8];
+        out.extend_from_slice(name.as_bytes());
+        out.push(value.len() as u8);
+        out.extend_from_slice(value.as_bytes());
+        out
+    }
+
+    fn setup() -> (ReadObserver, StreamPriorities, ConnectionStats) {
+        let stats = ConnectionStats::default();
+        (
+            ReadObserver::new(stats.clone()),
+            StreamPriorities::new(16, 128, stats.clone()),
+            stats,
+        )
+    }
+
+    #[test]
+    fn request_priority_and_update_byte_by_byte() {
+        let (mut obs, mut prio, stats) = setup();
+        let mut wire = CLIENT_PREFACE.to_vec();
+        wire.extend(frame(frame::SETTINGS, 0, 0, &[]));
+        let mut block = vec![0x82, 0x87, 0x84]; // :method GET, :scheme https, :path /
+        block.extend(literal("priority", "u=5, i"));
+        // Split across HEADERS + CONTINUATION.
+        wire.extend(frame(frame::HEADERS, 0, 1, &block[..4]));
+        wire.extend(frame(
+            frame::CONTINUATION,
+            frame::FLAG_END_HEADERS,
+            1,
+            &block[4..],
+        ));
+        wire.extend(frame(frame::DATA, 0, 1, &[7; 100]));
+        let mut upd = 1u32.to_be_bytes().to_vec();
+        upd.extend_from_slice(b"u=1");
+        wire.extend(frame(frame::PRIORITY_UPDATE, 0, 0, &upd));
+        for b in &wire {
+            obs.observe(std::slice::from_ref(b), &mut prio);
+        }
+        assert_eq!(obs.verdict(), Verdict::Http2);
+        assert_eq!(
+            prio.effective(1),
+            Priority {
+                urgency: 1,
+                incremental: false
+            }
+        );
+        assert_eq!(stats.snapshot().priority_updates_applied, 1);
+    }
+
+    #[test]
+    fn duplicate_priority_lines_combine() {
+        let (mut obs, mut prio, _) = setup();
+        let mut wire = CLIENT_PREFACE.to_vec();
+        let mut block = vec![0x82];
+        block.extend(literal("priority", "u=2"));
+        block.extend(literal("priority", "i"));
+        wire.extend(frame(frame::HEADERS, frame::FLAG_END_HEADERS, 3, &block));
+        obs.observe(&wire, &mut prio);
+        assert_eq!(
+            prio.effective(3),
+            Priority {
+                urgency: 2,
+                incremental: true
+            }
+        );
+    }
+
+    #[test]
+    fn http1_is_not_h2() {
+        let (mut obs, mut prio, _) = setup();
+        obs.observe(b"GET / HTTP/1.1\r\n", &mut prio);
+        assert_eq!(obs.verdict(), Verdict::NotHttp2);
+    }
+
+    #[test]
+    fn bad_hpack_falls_back_to_defaults_and_keeps_going() {
+        let (mut obs, mut prio, stats) = setup();
+        let mut wire = CLIENT_PREFACE.to_vec();
+        wire.extend(frame(
+            frame::HEADERS,
+            frame::FLAG_END_HEADERS,
+            1,
+            &[0xff, 0xff, 0x7f],
+        ));
+        let mut upd = 1u32.to_be_bytes().to_vec();
+        upd.extend_from_slice(b"u=0");
+        wire.extend(frame(frame::PRIORITY_UPDATE, 0, 0, &upd));
+        obs.observe(&wire, &mut prio);
+        assert_eq!(stats.snapshot().hpack_failures, 1);
+        // The stream is still known, so PRIORITY_UPDATE keeps working.
+        assert_eq!(prio.effective(1).urgency, 0);
+    }
+
+    #[test]
+    fn reset_closes_stream() {
+        let (mut obs, mut prio, _) = setup();
+        let mut wire = CLIENT_PREFACE.to_vec();
+        let mut block = vec![0x82];
+        block.extend(literal("priority", "u=0"));
+        wire.extend(frame(frame::HEADERS, frame::FLAG_END_HEADERS, 1, &block));
+        wire.extend(frame(frame::RST_STREAM, 0, 1, &[0, 0, 0, 8]));
+        obs.observe(&wire, &mut prio);
+        assert_eq!(prio.effective(1), Priority::default());
+    }
+}

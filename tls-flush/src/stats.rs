@@ -1,0 +1,116 @@
+//! Per-connection counters, shared between the wrapper and whoever wants to read them
+//! (the lab, a user's logging) while hyper owns the stream.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Live counters of one wrapped connection.
+///
+/// Cloning the handle is cheap; every clone reads the same counters. Obtain one with
+/// [`FlushStream::stats`](crate::FlushStream::stats) before handing the stream to hyper.
+///
+/// ```
+/// use tls_flush::ConnectionStats;
+///
+/// let stats = ConnectionStats::default();
+/// let snapshot = stats.snapshot();
+/// assert_eq!(snapshot.records_written, 0);
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionStats {
+    inner: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    records_written: AtomicU64,
+    bytes_written: AtomicU64,
+    early_cuts: AtomicU64,
+    data_frames_reordered: AtomicU64,
+    priority_updates_applied: AtomicU64,
+    priority_updates_buffered: AtomicU64,
+    priority_updates_ignored: AtomicU64,
+    priority_updates_invalid: AtomicU64,
+    queued_bytes: AtomicU64,
+    queued_bytes_high_water: AtomicU64,
+    hpack_failures: AtomicU64,
+}
+
+/// A point-in-time copy of [`ConnectionStats`].
+///
+/// ```
+/// let s = tls_flush::StatsSnapshot::default();
+/// assert_eq!(s.early_cuts, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// TLS records (or, on plain TCP, writes) handed to the transport.
+    pub records_written: u64,
+    /// Plaintext bytes handed to the transport.
+    pub bytes_written: u64,
+    /// Records ended early, right after an urgent small DATA frame.
+    pub early_cuts: u64,
+    /// DATA frames sent ahead of a DATA frame that h2 wrote before them.
+    pub data_frames_reordered: u64,
+    /// PRIORITY_UPDATE frames applied to an open stream.
+    pub priority_updates_applied: u64,
+    /// PRIORITY_UPDATE frames kept for a stream that was not open yet.
+    pub priority_updates_buffered: u64,
+    /// PRIORITY_UPDATE frames for closed streams, or beyond the buffering bound.
+    pub priority_updates_ignored: u64,
+    /// Malformed PRIORITY_UPDATE frames (short payload, stream 0, non-ASCII, wrong stream).
+    pub priority_updates_invalid: u64,
+    /// Bytes absorbed from h2 and not yet handed to the transport.
+    pub queued_bytes: u64,
+    /// Highest value `queued_bytes` reached.
+    pub queued_bytes_high_water: u64,
+    /// HPACK decode failures (each turns priority tracking off for that direction).
+    pub hpack_failures: u64,
+}
+
+macro_rules! adders {
+    ($($name:ident => $field:ident),* $(,)?) => {
+        $(pub(crate) fn $name(&self, n: u64) {
+            self.inner.$field.fetch_add(n, Relaxed);
+        })*
+    };
+}
+
+impl ConnectionStats {
+    adders! {
+        add_records => records_written,
+        add_bytes => bytes_written,
+        add_early_cut => early_cuts,
+        add_reordered => data_frames_reordered,
+        add_update_applied => priority_updates_applied,
+        add_update_buffered => priority_updates_buffered,
+        add_update_ignored => priority_updates_ignored,
+        add_update_invalid => priority_updates_invalid,
+        add_hpack_failure => hpack_failures,
+    }
+
+    /// Records the current number of queued bytes and raises the high-water mark.
+    pub(crate) fn set_queued(&self, bytes: usize) {
+        let bytes = bytes as u64;
+        self.inner.queued_bytes.store(bytes, Relaxed);
+        self.inner.queued_bytes_high_water.fetch_max(bytes, Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let c = &self.inner;
+        StatsSnapshot {
+            records_written: c.records_written.load(Relaxed),
+            bytes_written: c.bytes_written.load(Relaxed),
+            early_cuts: c.early_cuts.load(Relaxed),
+            data_frames_reordered: c.data_frames_reordered.load(Relaxed),
+            priority_updates_applied: c.priority_updates_applied.load(Relaxed),
+            priority_updates_buffered: c.priority_updates_buffered.load(Relaxed),
+            priority_updates_ignored: c.priority_updates_ignored.load(Relaxed),
+            priority_updates_invalid: c.priority_updates_invalid.load(Relaxed),
+            queued_bytes: c.queued_bytes.load(Relaxed),
+            queued_bytes_high_water: c.queued_bytes_high_water.load(Relaxed),
+            hpack_failures: c.hpack_failures.load(Relaxed),
+        }
+    }
+}

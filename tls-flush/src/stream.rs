@@ -1,0 +1,248 @@
+//! [`FlushStream`]: the wrapper hyper reads from and writes to.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::config::FlushConfig;
+use crate::priorities::StreamPriorities;
+use crate::read_observer::{ReadObserver, Verdict};
+use crate::stats::ConnectionStats;
+use crate::transport::Transport;
+use crate::write_path::WritePath;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No ALPN: decided by the first bytes (client preface, or h2's SETTINGS).
+    Undecided,
+    Http2,
+    PassThrough,
+}
+
+/// Wraps a server-side transport (TLS or plain TCP) under hyper so that RFC 9218
+/// priorities reach the wire. See the crate documentation for what it does.
+///
+/// ```no_run
+/// # async fn run(tls: tokio_rustls::server::TlsStream<tokio::net::TcpStream>) {
+/// use tls_flush::{FlushConfig, FlushStream};
+///
+/// let stream = FlushStream::new(tls, FlushConfig::default());
+/// let stats = stream.stats();
+/// // hand `hyper_util::rt::TokioIo::new(stream)` to hyper ...
+/// println!("{:?}", stats.snapshot());
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct FlushStream<T> {
+    io: T,
+    mode: Mode,
+    config: FlushConfig,
+    priorities: StreamPriorities,
+    read: ReadObserver,
+    write: WritePath,
+    stats: ConnectionStats,
+}
+
+impl<T: Transport> FlushStream<T> {
+    /// Wraps `io`, an established connection (after the TLS handshake).
+    ///
+    /// ALPN `h2` turns the frame pipeline on; another ALPN protocol passes bytes through.
+    /// Without ALPN (plain TCP), the first bytes decide. Sets `TCP_NOTSENT_LOWAT` as
+    /// configured; a failure to set it is logged, not fatal.
+    pub fn new(io: T, config: FlushConfig) -> Self {
+        let stats = ConnectionStats::default();
+        let mode = match io.alpn_protocol() {
+            Some(b"h2") => Mode::Http2,
+            Some(_) => Mode::PassThrough,
+            None => Mode::Undecided,
+        };
+        if let (Some(lowat), Some(tcp)) = (config.notsent_lowat, io.tcp_stream()) {
+            if let Err(err) = crate::socket::set_notsent_lowat(tcp, lowat) {
+                tracing::debug!(%err, "TCP_NOTSENT_LOWAT not set");
+            }
+        }
+        FlushStream {
+            io,
+            mode,
+            priorities: StreamPriorities::new(
+                config.max_early_updates,
+                config.max_tracked_streams,
+                stats.clone(),
+            ),
+            read: ReadObserver::new(stats.clone()),
+            write: WritePath::new(&config, stats.clone()),
+            config,
+            stats,
+        }
+    }
+
+    /// A handle on this connection's counters, readable after hyper took the stream.
+    pub fn stats(&self) -> ConnectionStats {
+        self.stats.clone()
+    }
+
+    /// The wrapped transport.
+    pub fn get_ref(&self) -> &T {
+        &self.io
+    }
+
+    /// True once the connection is known to carry HTTP/2 and the pipeline is on.
+    pub fn is_http2(&self) -> bool {
+        self.mode == Mode::Http2
+    }
+
+    fn decide_on_first_write(&mut self, buf: &[u8]) {
+        if self.mode != Mode::Undecided {
+            return;
+        }
+        self.mode = match self.read.verdict() {
+            Verdict::Http2 => Mode::Http2,
+            Verdict::NotHttp2 => Mode::PassThrough,
+            // h2 servers write their SETTINGS before reading the preface; an HTTP/1
+            // server never writes first, and its responses start with "HTTP/".
+            Verdict::Undecided if buf.starts_with(b"HTTP/") => Mode::PassThrough,
+            Verdict::Undecided => Mode::Http2,
+        };
+    }
+
+    fn poll_write_h2(
+        &mut self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            let mut taken = 0;
+            for buf in bufs {
+                let n = self.write.absorb(buf, &self.config, &mut self.priorities);
+                taken += n;
+                if n < buf.len() {
+                    break;
+                }
+            }
+            // Push out whatever full records are ready; a Pending here is fine, the
+            // transport will wake us.
+            let drove =
+                self.write
+                    .drive(cx, &mut self.io, &self.config, &mut self.priorities, false);
+            if let Poll::Ready(Err(err)) = drove {
+                return Poll::Ready(Err(err));
+            }
+            if taken > 0 || bufs.iter().all(|b| b.is_empty()) {
+                return Poll::Ready(Ok(taken));
+            }
+            if drove.is_pending() {
+                return Poll::Pending;
+            }
+            // Nothing was admitted, yet the transport took everything it could without
+            // blocking (only a short record is left): push that out too, then try again.
+            // This ends, because an empty queue admits any frame.
+            let config = self.config.clone().cork(false);
+            std::task::ready!(self.write.drive(
+                cx,
+                &mut self.io,
+                &config,
+                &mut self.priorities,
+                true
+            ))?;
+        }
+    }
+}
+
+impl<T: Transport> AsyncRead for FlushStream<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        if this.mode != Mode::PassThrough {
+            let new = &buf.filled()[before..];
+            if !new.is_empty() {
+                this.read.observe(new, &mut this.priorities);
+                if this.mode == Mode::Undecided && this.read.verdict() == Verdict::NotHttp2 {
+                    this.mode = Mode::PassThrough;
+                }
+            }
+        }
+        result
+    }
+}
+
+impl<T: Transport> AsyncWrite for FlushStream<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        this.decide_on_first_write(buf);
+        match this.mode {
+            Mode::Http2 => this.poll_write_h2(cx, &[IoSlice::new(buf)]),
+            _ => Pin::new(&mut this.io).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            this.decide_on_first_write(first);
+        }
+        match this.mode {
+            Mode::Http2 => this.poll_write_h2(cx, bufs),
+            _ => Pin::new(&mut this.io).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// Pushes what h2 wrote towards the transport. When the socket is full this returns
+    /// `Ready` anyway: the frames are in the wrapper's queues, the transport will wake the
+    /// task, and the next poll continues. h2 calls flush before it writes more; answering
+    /// `Pending` there would stop h2 from absorbing new responses and from reading requests,
+    /// the very thing the wrapper exists for. [`poll_shutdown`](Self::poll_shutdown) drains
+    /// everything.
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.mode != Mode::Http2 {
+            return Pin::new(&mut this.io).poll_flush(cx);
+        }
+        match this
+            .write
+            .drive(cx, &mut this.io, &this.config, &mut this.priorities, true)
+        {
+            Poll::Pending => Poll::Ready(Ok(())),
+            ready => ready,
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.mode == Mode::Http2 {
+            // Drain everything, short records included: nothing waits at shutdown.
+            let config = this.config.clone().cork(false);
+            std::task::ready!(this.write.drive(
+                cx,
+                &mut this.io,
+                &config,
+                &mut this.priorities,
+                true
+            ))?;
+            if this.write.has_partial_frame() {
+                tracing::debug!(
+                    "shutdown with a partially written frame from h2; its bytes are dropped"
+                );
+            }
+        }
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,75 @@
+//! What the wrapper needs from the stream below it, beyond reading and writing.
+
+use std::io;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+/// A byte stream the wrapper can sit on: plain TCP (h2c) or TLS over TCP.
+///
+/// ```
+/// fn accepts<T: tls_flush::Transport>() {}
+/// accepts::<tokio::net::TcpStream>();
+/// accepts::<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>();
+/// ```
+pub trait Transport: AsyncRead + AsyncWrite + Unpin {
+    /// True while a lower layer holds bytes it accepted but has not yet handed to the
+    /// socket (rustls ciphertext). The wrapper writes nothing new until it is false.
+    fn has_buffered_output(&self) -> bool {
+        false
+    }
+
+    /// The ALPN protocol negotiated, if this transport negotiates one.
+    fn alpn_protocol(&self) -> Option<&[u8]> {
+        None
+    }
+
+    /// The TCP socket underneath, for socket options.
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        None
+    }
+
+    /// Ready when the socket underneath can take more bytes. The wrapper picks the next
+    /// frames only then, so that they are chosen as late as possible.
+    fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.tcp_stream() {
+            Some(tcp) => tcp.poll_write_ready(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl Transport for TcpStream {
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl<T: Transport> Transport for tokio_rustls::server::TlsStream<T> {
+    fn has_buffered_output(&self) -> bool {
+        self.get_ref().1.wants_write()
+    }
+
+    fn alpn_protocol(&self) -> Option<&[u8]> {
+        self.get_ref().1.alpn_protocol()
+    }
+
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        self.get_ref().0.tcp_stream()
+    }
+}
+
+impl<T: Transport> Transport for tokio_rustls::client::TlsStream<T> {
+    fn has_buffered_output(&self) -> bool {
+        self.get_ref().1.wants_write()
+    }
+
+    fn alpn_protocol(&self) -> Option<&[u8]> {
+        self.get_ref().1.alpn_protocol()
+    }
+
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        self.get_ref().0.tcp_stream()
+    }
+}

@@ -1,0 +1,417 @@
+//! The write path for HTTP/2: absorb h2's frames, learn what the server pinned, queue,
+//! schedule, and hand the transport one record-sized write at a time.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use tower_priority::PriorityParams;
+
+use crate::absorb::{FrameAssembler, Step};
+use crate::config::{FlushConfig, RecordSizing};
+use crate::frame::{self, FrameHeader};
+use crate::hpack::{join_field_lines, PassiveDecoder};
+use crate::priorities::StreamPriorities;
+use crate::scheduler::{Ordering, QueuedFrame, Scheduler};
+use crate::stats::ConnectionStats;
+use crate::transport::Transport;
+
+/// The server-to-client half of an HTTP/2 connection.
+#[derive(Debug)]
+pub(crate) struct WritePath {
+    assembler: FrameAssembler,
+    /// A header block whose CONTINUATIONs are still arriving.
+    open_block: Option<(FrameHeader, BytesMut)>,
+    decoder: PassiveDecoder,
+    scheduler: Scheduler,
+    settings_sent: bool,
+    writer: RecordWriter,
+    stats: ConnectionStats,
+}
+
+/// Builds record-sized writes from scheduled frames and hands them to the transport.
+#[derive(Debug, Default)]
+struct RecordWriter {
+    /// Bytes of the record being built or written.
+    chunk: Vec<u8>,
+    /// The chunk is complete and being written; `written` bytes of it already were.
+    sealed: bool,
+    written: usize,
+    /// The sealed chunk ends right after an urgent small DATA frame.
+    ends_with_cut: bool,
+    /// A cut record was written: flush it through before anything else.
+    flush_pending: bool,
+    /// Every frame in the open chunk is bulk DATA of a stream that goes on, so the chunk
+    /// may wait a moment for the next frame instead of leaving as a short record.
+    holdable: bool,
+    /// The open chunk already waited its one turn.
+    held: bool,
+    /// The frame whose bytes are being copied into chunks, how far, and whether it is bulk.
+    current: Option<(QueuedFrame, usize, bool)>,
+    sent_since_idle: u64,
+    last_write: Option<Instant>,
+}
+
+impl RecordWriter {
+    fn seal(&mut self, cut: bool) {
+        self.sealed = true;
+        self.ends_with_cut = cut;
+        self.held = false;
+    }
+}
+
+impl WritePath {
+    pub(crate) fn new(config: &FlushConfig, stats: ConnectionStats) -> Self {
+        let ordering = if config.reorder {
+            Ordering::Rfc9218
+        } else {
+            Ordering::InOrder
+        };
+        WritePath {
+            assembler: FrameAssembler::default(),
+            open_block: None,
+            decoder: PassiveDecoder::new("response", stats.clone()),
+            scheduler: Scheduler::new(ordering),
+            settings_sent: false,
+            writer: RecordWriter::default(),
+            stats,
+        }
+    }
+
+    /// Bytes taken from h2 and not yet handed to the transport.
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.scheduler.queued_bytes()
+            + self.open_block.as_ref().map_or(0, |(_, b)| b.len())
+            + self
+                .writer
+                .current
+                .as_ref()
+                .map_or(0, |(f, at, _)| f.bytes.len() - at)
+            + self.writer.chunk.len()
+            - self.writer.written
+    }
+
+    /// Takes what it may of `buf` (h2's bytes) and returns how much.
+    pub(crate) fn absorb(
+        &mut self,
+        buf: &[u8],
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+    ) -> usize {
+        let mut taken = 0;
+        loop {
+            match self.assembler.step(&buf[taken..]) {
+                Step::NeedInput(n) => {
+                    taken += n;
+                    break;
+                }
+                Step::Header(n, header) => {
+                    if !self.admit(&header, config, priorities) {
+                        // Leave this call's header bytes with h2: if they were the whole
+                        // frame (an empty DATA, a SETTINGS ACK) h2 would otherwise count it
+                        // as written while it waits here.
+                        self.assembler.retreat(n);
+                        break;
+                    }
+                    taken += n;
+                    self.assembler.admit();
+                }
+                Step::Frame(n, header, bytes) => {
+                    taken += n;
+                    let bytes = self.rewrite_first_settings(header, bytes, config);
+                    self.collect_unit(header, bytes, priorities);
+                }
+            }
+        }
+        self.stats.set_queued(self.queued_bytes());
+        taken
+    }
+
+    /// True when h2 left a frame half written (only a flush of whole frames is possible).
+    pub(crate) fn has_partial_frame(&self) -> bool {
+        !self.assembler.is_idle() || self.open_block.is_some()
+    }
+
+    /// Moves queued bytes to the transport. Returns `Ready(Ok)` when nothing more can be
+    /// done now: with `flushing`, when everything complete reached the transport and it was
+    /// flushed, or when a short bulk record is held back for a moment (a timer will wake
+    /// the task); otherwise when only a short record is left, waiting for more frames.
+    pub(crate) fn drive<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        flushing: bool,
+    ) -> Poll<io::Result<()>> {
+        let result = self.drive_inner(cx, io, config, priorities, flushing);
+        self.stats.set_queued(self.queued_bytes());
+        result
+    }
+
+    fn drive_inner<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        flushing: bool,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            // Keep the downstream shallow: nothing new while the TLS layer still holds
+            // ciphertext, and a cut record is pushed through before anything else.
+            if io.has_buffered_output() || self.writer.flush_pending {
+                ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                self.writer.flush_pending = false;
+            }
+            if self.writer.sealed {
+                let w = &mut self.writer;
+                let n = ready!(Pin::new(&mut *io).poll_write(cx, &w.chunk[w.written..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+                w.written += n;
+                if w.written == w.chunk.len() {
+                    let len = w.chunk.len();
+                    self.stats.add_bytes(len as u64);
+                    self.stats
+                        .add_records(len.div_ceil(config.tls_record_payload) as u64);
+                    w.sent_since_idle += len as u64;
+                    w.last_write = Some(Instant::now());
+                    w.chunk.clear();
+                    w.written = 0;
+                    w.sealed = false;
+                    w.flush_pending = std::mem::take(&mut w.ends_with_cut);
+                }
+                continue;
+            }
+            let has_work = self.writer.current.is_some() || self.scheduler.queued_bytes() > 0;
+            if has_work {
+                // Decide what goes next only when the socket can take it, so that a frame
+                // arriving meanwhile still competes.
+                ready!(io.poll_write_ready(cx))?;
+            }
+            let cut = self.fill_chunk(config, priorities);
+            if cut || self.writer.chunk.len() >= self.target(config) {
+                self.writer.seal(cut);
+                if cut {
+                    self.stats.add_early_cut(1);
+                }
+                continue;
+            }
+            if self.writer.chunk.is_empty() || !flushing {
+                if flushing {
+                    ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            // A short record on flush. Bulk bytes of a stream that goes on wait one turn of
+            // the task scheduler: the response bodies' tasks usually hand h2 the next frame
+            // in that time, and records stay full. Bounded: one turn per record.
+            if config.pack && config.cork && self.writer.holdable && !self.writer.held {
+                self.writer.held = true;
+                cx.waker().wake_by_ref();
+                ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                return Poll::Ready(Ok(()));
+            }
+            self.writer.seal(false);
+        }
+    }
+
+    fn target(&self, config: &FlushConfig) -> usize {
+        config.record_target(self.writer.sent_since_idle)
+    }
+
+    /// Copies scheduled bytes into the open chunk up to the record target. Returns true when
+    /// the chunk must end here because an urgent small DATA frame just completed.
+    fn fill_chunk(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
+        let w = &mut self.writer;
+        if w.chunk.is_empty() {
+            w.holdable = true;
+            if let (RecordSizing::Dynamic { idle_reset }, Some(last)) =
+                (config.record_sizing, w.last_write)
+            {
+                if last.elapsed() >= idle_reset {
+                    w.sent_since_idle = 0;
+                }
+            }
+        }
+        let target = config.record_target(w.sent_since_idle);
+        while w.chunk.len() < target {
+            let (frame, at, bulk) = match w.current.take() {
+                Some(current) => current,
+                None => {
+                    // Unpacked: one frame per write, as h2 wrote them.
+                    if !config.pack && !w.chunk.is_empty() {
+                        return false;
+                    }
+                    let Some((frame, popped)) = self.scheduler.pop(priorities) else {
+                        return false;
+                    };
+                    if popped.overtook {
+                        self.stats.add_reordered(1);
+                    }
+                    let urgency = priorities.effective(frame.header.stream_id).urgency;
+                    let bulk = frame.is_data()
+                        && !frame.ends_stream
+                        && config
+                            .urgent_cut
+                            .is_none_or(|(max_urgency, _)| urgency > max_urgency);
+                    (frame, 0, bulk)
+                }
+            };
+            w.holdable &= bulk;
+            let n = (target - w.chunk.len()).min(frame.bytes.len() - at);
+            w.chunk.extend_from_slice(&frame.bytes[at..at + n]);
+            if at + n < frame.bytes.len() {
+                w.current = Some((frame, at + n, bulk));
+                return false;
+            }
+            let stream = frame.header.stream_id;
+            let urgent = config.urgent_cut.is_some_and(|(max_urgency, max_payload)| {
+                let urgent_stream =
+                    stream != 0 && priorities.effective(stream).urgency <= max_urgency;
+                if frame.is_data() {
+                    frame.header.length as usize <= max_payload && urgent_stream
+                } else {
+                    // An urgent response's HEADERS must not wait in a record filled up with
+                    // less urgent bytes: end the record after them unless their DATA is next.
+                    frame.header.kind == crate::frame::HEADERS
+                        && urgent_stream
+                        && !self.scheduler.has_data_ready(stream)
+                }
+            });
+            if frame.ends_stream {
+                priorities.close(frame.header.stream_id);
+            }
+            if urgent {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl WritePath {
+    /// Whether to take the frame `header` announces now (DESIGN, write path step 1).
+    fn admit(
+        &self,
+        header: &FrameHeader,
+        config: &FlushConfig,
+        priorities: &StreamPriorities,
+    ) -> bool {
+        let queued = self.queued_bytes();
+        if queued == 0 || queued + header.frame_len() <= config.soft_limit {
+            return true;
+        }
+        if queued + header.frame_len() > config.hard_limit {
+            return false;
+        }
+        // Past the soft limit only what would be sent ahead of the queue gets in.
+        if header.kind != frame::DATA {
+            return true;
+        }
+        config.reorder
+            && self
+                .scheduler
+                .least_urgent_queued(priorities)
+                .is_some_and(|least| priorities.effective(header.stream_id).urgency < least)
+    }
+
+    /// Appends SETTINGS_NO_RFC7540_PRIORITIES = 1 to h2's first SETTINGS frame (RFC 9218 §2.1),
+    /// by rewriting its length rather than injecting a frame h2 would not expect an ACK for.
+    fn rewrite_first_settings(
+        &mut self,
+        header: FrameHeader,
+        bytes: Bytes,
+        config: &FlushConfig,
+    ) -> Bytes {
+        if header.kind != frame::SETTINGS
+            || header.flags & frame::FLAG_ACK != 0
+            || self.settings_sent
+        {
+            return bytes;
+        }
+        self.settings_sent = true;
+        let already = frame::settings(&bytes[frame::HEADER_LEN..])
+            .any(|(id, _)| id == frame::SETTINGS_NO_RFC7540_PRIORITIES);
+        if !config.no_rfc7540_priorities || already {
+            return bytes;
+        }
+        let grown = FrameHeader {
+            length: header.length + 6,
+            ..header
+        };
+        let mut out = BytesMut::with_capacity(bytes.len() + 6);
+        out.extend_from_slice(&grown.encode());
+        out.extend_from_slice(&bytes[frame::HEADER_LEN..]);
+        out.extend_from_slice(&frame::SETTINGS_NO_RFC7540_PRIORITIES.to_be_bytes());
+        out.extend_from_slice(&1u32.to_be_bytes());
+        out.freeze()
+    }
+
+    /// Groups header blocks into one unit, decodes them, and queues the unit.
+    fn collect_unit(
+        &mut self,
+        header: FrameHeader,
+        bytes: Bytes,
+        priorities: &mut StreamPriorities,
+    ) {
+        let open_block = &mut self.open_block;
+        let (unit_header, unit) = if header.kind == frame::CONTINUATION {
+            match open_block.take() {
+                Some((first, mut block)) => {
+                    block.extend_from_slice(&bytes);
+                    if !header.end_headers() {
+                        *open_block = Some((first, block));
+                        return;
+                    }
+                    (first, block.freeze())
+                }
+                // h2 never writes a stray CONTINUATION; pass it on untouched.
+                None => (header, bytes),
+            }
+        } else if matches!(header.kind, frame::HEADERS | frame::PUSH_PROMISE)
+            && !header.end_headers()
+        {
+            *open_block = Some((header, BytesMut::from(&bytes[..])));
+            return;
+        } else {
+            (header, bytes)
+        };
+        if unit_header.is_header_block() {
+            observe_response_headers(unit_header, &unit, &mut self.decoder, priorities);
+        }
+        self.scheduler.push(unit_header, unit);
+    }
+}
+
+/// Decodes an outgoing header block (keeping the mirrored HPACK state in step) and records
+/// what the server pinned in its `priority` response header.
+fn observe_response_headers(
+    first: FrameHeader,
+    unit: &[u8],
+    decoder: &mut PassiveDecoder,
+    priorities: &mut StreamPriorities,
+) {
+    let mut block = Vec::new();
+    let mut rest = unit;
+    while let Some(h) = FrameHeader::parse(rest) {
+        let Some(payload) = rest.get(frame::HEADER_LEN..h.frame_len()) else {
+            break;
+        };
+        if let Some(fragment) = frame::header_block_fragment(&h, payload) {
+            block.extend_from_slice(fragment);
+        }
+        rest = &rest[h.frame_len()..];
+    }
+    let fields = decoder.priority_fields(&block);
+    if first.kind == frame::HEADERS {
+        let pinned = fields
+            .filter(|values| !values.is_empty())
+            .map(|values| PriorityParams::parse(&join_field_lines(&values)));
+        priorities.response_started(first.stream_id, pinned);
+    }
+}
