@@ -1,0 +1,412 @@
+//! tls-flush end to end: the demo app under real hyper, over real rustls and sockets, with
+//! a real h2 client whose taps see TLS records and HTTP/2 frames. Assertions are on bytes,
+//! records and frame order, never on wall-clock times.
+
+use std::time::Duration;
+
+use integration_tests::client::pattern_sha256;
+use integration_tests::server::ServerSetup;
+use integration_tests::{ClientOptions, TapClient, TestServer, Trust};
+use tls_flush::Policy;
+
+const DATA: u8 = 0;
+
+fn setups() -> Vec<(&'static str, ServerSetup)> {
+    let mut all = vec![("stock", ServerSetup::default())];
+    for p in Policy::ALL {
+        all.push((
+            p.name(),
+            ServerSetup {
+                policy: Some(p),
+                record_size: None,
+            },
+        ));
+    }
+    all
+}
+
+async fn client(server: &TestServer, recv_buffer: Option<usize>) -> TapClient {
+    TapClient::connect(
+        server.addr,
+        ClientOptions {
+            trust: Trust::Certificate(server.certificate.clone()),
+            recv_buffer,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_streams_arrive_byte_exact_under_every_policy() {
+    let sizes: Vec<u64> = (0..50u64)
+        .map(|i| {
+            [
+                0,
+                1,
+                100,
+                4096,
+                16383,
+                16384,
+                16385,
+                100_000,
+                300_000,
+                1 << 20,
+            ][i as usize % 10]
+                + i
+        })
+        .collect();
+    for (name, setup) in setups() {
+        let server = TestServer::demo(setup).await.expect("server");
+        let client = client(&server, None).await;
+        let mut pending = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            let priority = format!("u={}{}", i % 8, if i % 3 == 0 { ", i" } else { "" });
+            pending.push((
+                n,
+                client
+                    .start(&format!("/size/{n}"), Some(&priority))
+                    .await
+                    .expect("send"),
+            ));
+        }
+        let results = futures_util::future::join_all(
+            pending
+                .into_iter()
+                .map(|(n, p)| async move { (n, p.finish().await) }),
+        )
+        .await;
+        for (n, result) in results {
+            let response = result.unwrap_or_else(|e| panic!("{name}: /size/{n}: {e}"));
+            assert_eq!(response.status, 200, "{name}: /size/{n}");
+            assert_eq!(response.len, n, "{name}: /size/{n} length");
+            assert!(response.pattern_ok, "{name}: /size/{n} content");
+            assert_eq!(
+                response.sha256,
+                pattern_sha256(n),
+                "{name}: /size/{n} sha256"
+            );
+        }
+        for stats in server.connection_stats() {
+            let s = stats.snapshot();
+            assert_eq!(s.queued_bytes, 0, "{name}: everything left the queues");
+            assert!(s.records_written > 0, "{name}: counters move");
+        }
+    }
+}
+
+/// Background DATA bytes received after the critical request was sent and before the
+/// critical response's last DATA frame.
+fn background_before_critical(
+    client: &TapClient,
+    log_index_at_send: usize,
+    critical: u32,
+    background: &[u32],
+) -> usize {
+    let frames = client.log().frames;
+    let end = frames
+        .iter()
+        .rposition(|f| f.kind == DATA && f.stream_id == critical)
+        .expect("critical DATA seen");
+    frames[log_index_at_send..end]
+        .iter()
+        .filter(|f| f.kind == DATA && background.contains(&f.stream_id))
+        .map(|f| f.len)
+        .sum()
+}
+
+/// The seed's late workload with a reader that stops reading while the critical request
+/// is sent: everything already handed downstream is ahead of the critical response.
+async fn late_critical_with_slow_reader(setup: ServerSetup) -> usize {
+    let server = TestServer::demo(setup).await.expect("server");
+    let client = client(&server, Some(64 * 1024)).await;
+    // Read 96 KiB more, then stop reading: the pause starts at the same point every run.
+    client.gate().close_after(96 * 1024);
+    let bg1 = client.start("/bg/1", Some("u=5, i")).await.expect("bg1");
+    let bg2 = client.start("/bg/2", Some("u=5, i")).await.expect("bg2");
+    let background = [bg1.stream_id(), bg2.stream_id()];
+    let bg = tokio::spawn(async move { (bg1.finish().await, bg2.finish().await) });
+    client
+        .wait_for_data(&background, 32 * 1024, Duration::from_secs(10))
+        .await
+        .expect("background started");
+    client.gate().close();
+    let index = client.log().frames.len();
+    let critical = client
+        .start("/critical", Some("u=0"))
+        .await
+        .expect("critical");
+    let critical_id = critical.stream_id();
+    // Let the server fill every buffer it is willing to fill, then read slowly (3.2 MB/s), so
+    // that what decides the order is where bytes wait, not how fast loopback drains them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let response = client
+        .read_slowly(16 * 1024, Duration::from_millis(5), critical.finish())
+        .await
+        .expect("critical response");
+    assert_eq!((response.len, response.pattern_ok), (4096, true));
+    let (r1, r2) = bg.await.expect("join");
+    for r in [r1.expect("bg1"), r2.expect("bg2")] {
+        assert_eq!((r.len, r.pattern_ok), (1 << 20, true));
+    }
+    background_before_critical(&client, index, critical_id, &background)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_urgent_request_overtakes_queued_background_under_scheduled() {
+    let stock = late_critical_with_slow_reader(ServerSetup::default()).await;
+    let scheduled = late_critical_with_slow_reader(ServerSetup {
+        policy: Some(Policy::Scheduled),
+        record_size: None,
+    })
+    .await;
+    println!("background bytes before critical: stock {stock}, scheduled {scheduled}");
+    assert!(
+        scheduled * 3 < stock,
+        "scheduled let {scheduled} background bytes ahead of the critical response, stock {stock}"
+    );
+}
+
+/// TLS application-data records the server sent for one 1 MiB response.
+async fn records_for_one_mebibyte(setup: ServerSetup) -> usize {
+    let server = TestServer::demo(setup).await.expect("server");
+    let client = client(&server, None).await;
+    // Let the handshake's records (tickets, SETTINGS) pass, then count from here.
+    client.get("/size/1", None).await.expect("warm-up");
+    let before = client.log().records.len();
+    let response = client.get("/size/1048576", None).await.expect("1 MiB");
+    assert_eq!((response.len, response.pattern_ok), (1 << 20, true));
+    client.log().records[before..]
+        .iter()
+        .filter(|r| r.content_type == 23)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
+    let stock = records_for_one_mebibyte(ServerSetup::default()).await;
+    let scheduled = records_for_one_mebibyte(ServerSetup {
+        policy: Some(Policy::Scheduled),
+        record_size: None,
+    })
+    .await;
+    println!("records per MiB: stock {stock}, scheduled {scheduled}");
+    assert!(
+        stock >= 128,
+        "stock writes a record per frame plus a 9-byte one: {stock}"
+    );
+    assert!(
+        scheduled * 10 <= stock * 6,
+        "scheduled {scheduled} vs stock {stock}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urgent_small_response_ends_its_record_and_headers_are_not_buried() {
+    let server = TestServer::demo(ServerSetup {
+        policy: Some(Policy::Scheduled),
+        record_size: None,
+    })
+    .await
+    .expect("server");
+    let client = client(&server, None).await;
+    let bg1 = client.start("/bg/1", Some("u=5, i")).await.expect("bg1");
+    let critical = client.start("/critical", None).await.expect("critical");
+    let critical_id = critical.stream_id();
+    let response = critical.finish().await.expect("critical");
+    assert_eq!(
+        response
+            .headers
+            .get("priority")
+            .map(|v| v.to_str().unwrap()),
+        Some("u=0")
+    );
+    bg1.finish().await.expect("bg1");
+    let log = client.log();
+    let spans = client.record_spans();
+    let record_of = |offset: u64| {
+        spans
+            .iter()
+            .copied()
+            .find(|&(start, end)| start < offset && offset <= end)
+    };
+    let data = log
+        .frames
+        .iter()
+        .find(|f| f.kind == DATA && f.stream_id == critical_id && f.len > 0)
+        .expect("critical DATA frame");
+    let (_, record_end) = record_of(data.end_offset).expect("record carrying the critical DATA");
+    assert_eq!(
+        record_end, data.end_offset,
+        "the urgent DATA frame ends its record"
+    );
+    let headers = log
+        .frames
+        .iter()
+        .find(|f| f.kind == 1 && f.stream_id == critical_id)
+        .expect("critical HEADERS");
+    let headers_record =
+        record_of(headers.end_offset).expect("record carrying the critical HEADERS");
+    assert!(
+        headers_record.1 == headers.end_offset || headers_record.1 == data.end_offset,
+        "the critical HEADERS ended their record, or shared it only with their own DATA: \
+         record ends at {}, HEADERS at {}, DATA at {}",
+        headers_record.1,
+        headers.end_offset,
+        data.end_offset
+    );
+    let cuts: u64 = server
+        .connection_stats()
+        .iter()
+        .map(|s| s.snapshot().early_cuts)
+        .sum();
+    assert!(cuts >= 1, "the urgent 4 KiB frame ended a record");
+}
+
+/// What happened after a PRIORITY_UPDATE raised background stream 1 to `u=0` while the
+/// reader paused.
+struct AfterUpdate {
+    /// Longest run of consecutive stream-1 DATA frames received after the update.
+    longest_run: usize,
+    /// Stream 2's DATA bytes received after the update and before stream 1 finished.
+    other_bytes: usize,
+    /// Server counters: updates applied, DATA frames moved ahead after the update.
+    applied: Option<u64>,
+    reordered: Option<u64>,
+}
+
+async fn raised_stream_after_update(setup: ServerSetup) -> AfterUpdate {
+    let server = TestServer::demo(setup).await.expect("server");
+    let client = client(&server, Some(64 * 1024)).await;
+    client.gate().close_after(96 * 1024);
+    let bg1 = client.start("/bg/1", Some("u=5, i")).await.expect("bg1");
+    let bg2 = client.start("/bg/2", Some("u=5, i")).await.expect("bg2");
+    let (id1, id2) = (bg1.stream_id(), bg2.stream_id());
+    let done = tokio::spawn(async move { (bg1.finish().await, bg2.finish().await) });
+    client
+        .wait_for_data(&[id1, id2], 32 * 1024, Duration::from_secs(10))
+        .await
+        .expect("background started");
+    client.gate().close();
+    let index = client.log().frames.len();
+    let reordered_before = server
+        .connection_stats()
+        .first()
+        .map(|s| s.snapshot().data_frames_reordered);
+    client.send_priority_update(id1, "u=0");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (r1, r2) = client
+        .read_slowly(32 * 1024, Duration::from_millis(5), async {
+            done.await.expect("join")
+        })
+        .await;
+    for r in [r1.expect("bg1"), r2.expect("bg2")] {
+        assert_eq!((r.len, r.pattern_ok), (1 << 20, true));
+    }
+    let frames = client.log().frames;
+    let data: Vec<_> = frames[index..]
+        .iter()
+        .filter(|f| f.kind == DATA && f.len > 0)
+        .collect();
+    let mut longest = 0;
+    let mut run = 0;
+    for f in &data {
+        run = if f.stream_id == id1 { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let end = data.iter().rposition(|f| f.stream_id == id1).unwrap_or(0);
+    let other = data[..end]
+        .iter()
+        .filter(|f| f.stream_id == id2)
+        .map(|f| f.len)
+        .sum();
+    let snapshot = server.connection_stats().first().map(|s| s.snapshot());
+    AfterUpdate {
+        longest_run: longest,
+        other_bytes: other,
+        applied: snapshot.map(|s| s.priority_updates_applied),
+        reordered: snapshot
+            .zip(reordered_before)
+            .map(|(s, before)| s.data_frames_reordered - before),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_update_moves_a_live_background_stream_ahead() {
+    let stock = raised_stream_after_update(ServerSetup::default()).await;
+    let scheduled = raised_stream_after_update(ServerSetup {
+        policy: Some(Policy::Scheduled),
+        record_size: None,
+    })
+    .await;
+    println!(
+        "after PRIORITY_UPDATE u=0: longest run of the raised stream {} frames (stock {}); \
+         other stream's bytes before it finished {} (stock {}); frames moved ahead {:?}",
+        scheduled.longest_run,
+        stock.longest_run,
+        scheduled.other_bytes,
+        stock.other_bytes,
+        scheduled.reordered
+    );
+    assert_eq!(
+        scheduled.applied,
+        Some(1),
+        "the update was applied to the live stream"
+    );
+    // The frames the wrapper still held when the update arrived go out raised stream first
+    // (what was already handed to rustls and the kernel cannot move, and h2 itself keeps
+    // producing both streams' frames in turn, so the effect is bounded by the wrapper's queue).
+    assert!(
+        scheduled.reordered.is_some_and(|n| n >= 4),
+        "the raised stream's frames overtook queued ones: {:?}",
+        scheduled.reordered
+    );
+    assert!(
+        scheduled.longest_run >= 6,
+        "the raised stream's queued frames arrived back to back: run {}",
+        scheduled.longest_run
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_for_finished_streams_and_malformed_updates_are_counted_and_harmless() {
+    let server = TestServer::demo(ServerSetup {
+        policy: Some(Policy::Scheduled),
+        record_size: None,
+    })
+    .await
+    .expect("server");
+    let client = client(&server, None).await;
+    let first = client.get("/critical", None).await.expect("first");
+    // A finished stream: ignored.
+    client.send_priority_update(first.stream_id, "u=7");
+    // Malformed: short payload, prioritized stream 0, non-ASCII value, sent on a stream.
+    client.send_raw_frame(0x10, 0, 0, &[0, 0, 1]);
+    client.send_raw_frame(0x10, 0, 0, b"\0\0\0\0u=1");
+    client.send_raw_frame(0x10, 0, 0, b"\0\0\0\x09u=\xff");
+    client.send_raw_frame(0x10, 0, 1, b"\0\0\0\x09u=1");
+    // An update for a stream not yet open is kept for it.
+    client.send_priority_update(first.stream_id + 2, "u=1");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let snapshot = loop {
+        let s = server.connection_stats()[0].snapshot();
+        if s.priority_updates_invalid + s.priority_updates_ignored + s.priority_updates_buffered
+            >= 6
+        {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "updates not seen: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(snapshot.priority_updates_ignored, 1, "{snapshot:?}");
+    assert_eq!(snapshot.priority_updates_invalid, 4, "{snapshot:?}");
+    assert_eq!(snapshot.priority_updates_buffered, 1, "{snapshot:?}");
+    assert_eq!(snapshot.priority_updates_applied, 0, "{snapshot:?}");
+    // The connection keeps serving.
+    let again = client.get("/size/70000", None).await.expect("after");
+    assert_eq!((again.len, again.pattern_ok), (70000, true));
+}
