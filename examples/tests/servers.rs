@@ -100,10 +100,19 @@ async fn routes_over_h2(name: &'static str) {
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
 }
 
-/// The seed workload on one HTTP/2 connection: two 1 MiB downloads and the critical
-/// response requested together; all three complete byte-exact.
+/// The seed workload on one HTTP/2 connection, under every policy: two 1 MiB downloads and
+/// the critical response requested together; all three complete byte-exact.
 async fn concurrent_workload_over_h2(name: &'static str) {
-    let server = Server::start(name, &[]).await;
+    for policy in POLICIES {
+        concurrent_workload_with(name, policy).await;
+    }
+}
+
+/// Every `--policy` value: stock hyper + rustls, and the three `tls-flush` presets.
+const POLICIES: [&str; 4] = ["stock", "early-flush", "dynamic", "scheduled"];
+
+async fn concurrent_workload_with(name: &'static str, policy: &'static str) {
+    let server = Server::start(name, &["--policy", policy]).await;
     let c = h2_connect(server.addr, insecure_client(H2), "localhost", None).await;
     let fetch = |path: &'static str, prio: &'static str| {
         let mut c = H2 {
@@ -240,10 +249,17 @@ async fn record_size(name: &'static str) {
     );
 }
 
-/// HTTP/1.1 on the same listener, with ALPN `http/1.1` and without ALPN: keep-alive
-/// requests on one connection, the pinned `priority` header, byte-exact bodies, 400.
+/// HTTP/1.1 on the same listener, with ALPN `http/1.1` and without ALPN, under every
+/// policy: keep-alive requests on one connection, the pinned `priority` header, byte-exact
+/// bodies, 400.
 async fn http1(name: &'static str) {
-    let server = Server::start(name, &[]).await;
+    for policy in POLICIES {
+        http1_with(name, policy).await;
+    }
+}
+
+async fn http1_with(name: &'static str, policy: &'static str) {
+    let server = Server::start(name, &["--policy", policy]).await;
     for alpn in [H1, &[][..]] {
         let (tls, _) = tls_connect(server.addr, insecure_client(alpn), "localhost").await;
         let negotiated = tls.get_ref().1.alpn_protocol().map(|p| p.to_vec());

@@ -184,22 +184,30 @@ async fn records_for_one_mebibyte(setup: ServerSetup) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scheduled_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
+async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
     let stock = records_for_one_mebibyte(ServerSetup::default()).await;
-    let scheduled = records_for_one_mebibyte(ServerSetup {
-        policy: Some(Policy::Scheduled),
-        record_size: None,
+    let stock_4k = records_for_one_mebibyte(ServerSetup {
+        policy: None,
+        record_size: Some(4096),
     })
     .await;
-    println!("records per MiB: stock {stock}, scheduled {scheduled}");
+    println!("records per MiB: stock {stock}, stock-4k {stock_4k}");
     assert!(
         stock >= 128,
         "stock writes a record per frame plus a 9-byte one: {stock}"
     );
-    assert!(
-        scheduled * 10 <= stock * 6,
-        "scheduled {scheduled} vs stock {stock}"
-    );
+    for policy in Policy::ALL {
+        let records = records_for_one_mebibyte(ServerSetup {
+            policy: Some(policy),
+            record_size: None,
+        })
+        .await;
+        println!("records per MiB: {policy} {records}");
+        assert!(
+            records * 10 <= stock * 6,
+            "{policy}: {records} vs stock {stock}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
