@@ -25,6 +25,8 @@ pub struct ServerSetup {
     pub policy: Option<Policy>,
     /// rustls `max_fragment_size` (e.g. 4096 for the seeds' static-fragment cases).
     pub record_size: Option<usize>,
+    /// A full wrapper configuration, used instead of `policy`'s preset when set.
+    pub config: Option<FlushConfig>,
 }
 
 /// A server running on a background task; stopped when dropped.
@@ -66,9 +68,11 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let stats = Arc::new(Mutex::new(Vec::new()));
-        let config = setup
-            .policy
-            .map(|p| FlushConfig::for_policy(p).tls_max_fragment_size(setup.record_size));
+        let config = setup.config.clone().or_else(|| {
+            setup
+                .policy
+                .map(|p| FlushConfig::for_policy(p).tls_max_fragment_size(setup.record_size))
+        });
         let task = tokio::spawn(accept_loop(
             listener,
             acceptor,

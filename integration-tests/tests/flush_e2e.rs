@@ -7,7 +7,7 @@ use std::time::Duration;
 use integration_tests::client::pattern_sha256;
 use integration_tests::server::ServerSetup;
 use integration_tests::{ClientOptions, TapClient, TestServer, Trust};
-use tls_flush::Policy;
+use tls_flush::{FlushConfig, Policy};
 
 const DATA: u8 = 0;
 
@@ -19,6 +19,7 @@ fn setups() -> Vec<(&'static str, ServerSetup)> {
             ServerSetup {
                 policy: Some(p),
                 record_size: None,
+                config: None,
             },
         ));
     }
@@ -159,6 +160,7 @@ async fn late_urgent_request_overtakes_queued_background_under_scheduled() {
     let scheduled = late_critical_with_slow_reader(ServerSetup {
         policy: Some(Policy::Scheduled),
         record_size: None,
+        config: None,
     })
     .await;
     println!("background bytes before critical: stock {stock}, scheduled {scheduled}");
@@ -189,6 +191,7 @@ async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
     let stock_4k = records_for_one_mebibyte(ServerSetup {
         policy: None,
         record_size: Some(4096),
+        config: None,
     })
     .await;
     println!("records per MiB: stock {stock}, stock-4k {stock_4k}");
@@ -200,6 +203,7 @@ async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
         let records = records_for_one_mebibyte(ServerSetup {
             policy: Some(policy),
             record_size: None,
+            config: None,
         })
         .await;
         println!("records per MiB: {policy} {records}");
@@ -215,6 +219,7 @@ async fn urgent_small_response_ends_its_record_and_headers_are_not_buried() {
     let server = TestServer::demo(ServerSetup {
         policy: Some(Policy::Scheduled),
         record_size: None,
+        config: None,
     })
     .await
     .expect("server");
@@ -346,6 +351,7 @@ async fn priority_update_moves_a_live_background_stream_ahead() {
     let scheduled = raised_stream_after_update(ServerSetup {
         policy: Some(Policy::Scheduled),
         record_size: None,
+        config: None,
     })
     .await;
     println!(
@@ -382,6 +388,7 @@ async fn updates_for_finished_streams_and_malformed_updates_are_counted_and_harm
     let server = TestServer::demo(ServerSetup {
         policy: Some(Policy::Scheduled),
         record_size: None,
+        config: None,
     })
     .await
     .expect("server");
@@ -417,4 +424,64 @@ async fn updates_for_finished_streams_and_malformed_updates_are_counted_and_harm
     // The connection keeps serving.
     let again = client.get("/size/70000", None).await.expect("after");
     assert_eq!((again.len, again.pattern_ok), (70000, true));
+}
+
+/// Background DATA bytes received before the critical response's DATA in the seed's
+/// simultaneous workload (two 1 MiB backgrounds and the critical request sent together).
+async fn simultaneous_background_before_critical(setup: ServerSetup) -> (usize, u64) {
+    let server = TestServer::demo(setup).await.expect("server");
+    let client = client(&server, None).await;
+    let bg1 = client.start("/bg/1", Some("u=5, i")).await.expect("bg1");
+    let bg2 = client.start("/bg/2", Some("u=5, i")).await.expect("bg2");
+    let critical = client
+        .start("/critical", Some("u=0"))
+        .await
+        .expect("critical");
+    let background = [bg1.stream_id(), bg2.stream_id()];
+    let critical_id = critical.stream_id();
+    let response = critical.finish().await.expect("critical");
+    assert_eq!((response.len, response.pattern_ok), (4096, true));
+    for r in [bg1.finish().await, bg2.finish().await] {
+        let r = r.expect("background");
+        assert_eq!((r.len, r.pattern_ok), (1 << 20, true));
+    }
+    let holds = server
+        .connection_stats()
+        .first()
+        .map_or(0, |s| s.snapshot().anticipation_holds);
+    (
+        background_before_critical(&client, 0, critical_id, &background),
+        holds,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anticipation_lets_the_urgent_response_lead_a_fresh_connection() {
+    let (stock, _) = simultaneous_background_before_critical(ServerSetup::default()).await;
+    let mut medians = Vec::new();
+    for anticipate in [false, true] {
+        let mut config = FlushConfig::for_policy(Policy::Scheduled);
+        if !anticipate {
+            config = config.anticipate(None);
+        }
+        let setup = ServerSetup {
+            config: Some(config),
+            ..ServerSetup::default()
+        };
+        let mut runs = Vec::new();
+        for _ in 0..5 {
+            runs.push(simultaneous_background_before_critical(setup.clone()).await);
+        }
+        runs.sort();
+        println!("simultaneous, scheduled, anticipate {anticipate}: (background bytes before critical, holds) {runs:?}; stock {stock}");
+        medians.push(runs[2]);
+    }
+    let (without, _) = medians[0];
+    let (with, holds) = medians[1];
+    assert!(holds <= 3, "a hold per urgent request at most");
+    // The critical response leads: at most one background frame before it.
+    assert!(
+        with <= 16 * 1024,
+        "anticipation let {with} bytes ahead (without: {without}, stock {stock})"
+    );
 }

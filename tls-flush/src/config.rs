@@ -112,6 +112,7 @@ pub struct FlushConfig {
     pub(crate) tls_record_payload: usize,
     pub(crate) urgent_cut: Option<(u8, usize)>,
     pub(crate) cork: bool,
+    pub(crate) anticipate: Option<Duration>,
     pub(crate) soft_limit: usize,
     pub(crate) hard_limit: usize,
     pub(crate) notsent_lowat: Option<u32>,
@@ -137,6 +138,7 @@ impl FlushConfig {
             tls_record_payload: MAX_RECORD_PAYLOAD,
             urgent_cut: Some((0, 4096)),
             cork: true,
+            anticipate: None,
             soft_limit: 256 * 1024,
             hard_limit: 1024 * 1024,
             notsent_lowat: Some(16 * 1024),
@@ -155,6 +157,7 @@ impl FlushConfig {
             },
             Policy::Scheduled => FlushConfig {
                 reorder: true,
+                anticipate: Some(Duration::from_millis(5)),
                 ..base
             },
         }
@@ -199,6 +202,16 @@ impl FlushConfig {
     /// frames, header blocks and the end of a stream never wait.
     pub fn cork(mut self, on: bool) -> Self {
         self.cork = on;
+        self
+    }
+
+    /// While a request more urgent than the next DATA has arrived and its response has not
+    /// begun, holds that DATA back for at most `bound` after the request arrived (default
+    /// 5 ms for [`Policy::Scheduled`], off otherwise; only with [`reorder`](Self::reorder)).
+    /// At connection start the downstream is empty, so without it the first bulk frames
+    /// would leave before an urgent response requested in the same flight exists.
+    pub fn anticipate(mut self, bound: Option<Duration>) -> Self {
+        self.anticipate = bound;
         self
     }
 

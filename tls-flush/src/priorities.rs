@@ -3,17 +3,20 @@
 //! its `priority` response header. Bounded whatever the peer sends.
 
 use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
 
 use tower_priority::{Priority, PriorityParams, PriorityUpdate};
 
 use crate::stats::ConnectionStats;
 
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct StreamEntry {
     client: Priority,
     pinned: PriorityParams,
     /// The response's first header block has been written by h2.
     response_started: bool,
+    /// When the request's header block was read.
+    arrived: Instant,
 }
 
 /// Outcome of one PRIORITY_UPDATE, for tests and tracing.
@@ -67,7 +70,9 @@ impl StreamPriorities {
         }
         let mut entry = StreamEntry {
             client,
-            ..StreamEntry::default()
+            pinned: PriorityParams::default(),
+            response_started: false,
+            arrived: Instant::now(),
         };
         // Updates sent before the request apply in arrival order, after the header.
         self.early_updates.retain(|&(id, p)| {
@@ -147,6 +152,16 @@ impl StreamPriorities {
             .get(&stream_id)
             .map(|e| e.pinned.apply_to(e.client))
             .unwrap_or_default()
+    }
+
+    /// True while a request more urgent than `urgency` arrived less than `bound` ago and its
+    /// response has not begun: DATA of that urgency should wait for it (DESIGN: anticipate).
+    pub(crate) fn awaiting_more_urgent(&self, urgency: u8, bound: Duration, now: Instant) -> bool {
+        self.open.values().any(|e| {
+            !e.response_started
+                && e.pinned.apply_to(e.client).urgency < urgency
+                && now.saturating_duration_since(e.arrived) < bound
+        })
     }
 
     #[cfg(test)]
@@ -237,6 +252,23 @@ mod tests {
             (s.priority_updates_ignored, s.priority_updates_invalid),
             (1, 4)
         );
+    }
+
+    #[test]
+    fn anticipation_lasts_until_the_response_starts_or_the_bound() {
+        let mut t = table();
+        let bound = Duration::from_millis(5);
+        t.open_request(1, Priority::parse("u=5, i"));
+        t.open_request(3, Priority::parse("u=0"));
+        let now = Instant::now();
+        assert!(t.awaiting_more_urgent(5, bound, now));
+        assert!(
+            !t.awaiting_more_urgent(0, bound, now),
+            "nothing is more urgent than u=0"
+        );
+        assert!(!t.awaiting_more_urgent(5, bound, now + Duration::from_millis(6)));
+        t.response_started(3, None);
+        assert!(!t.awaiting_more_urgent(5, bound, now));
     }
 
     #[test]

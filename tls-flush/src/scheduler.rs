@@ -205,23 +205,15 @@ impl Scheduler {
         if let Some(unit) = epoch.conn.pop_front() {
             return Some((unit, not_reordered));
         }
-        let header_turn = epoch.header_order.front().copied();
-        // Non-DATA heads go first, oldest first; a header block only in its turn.
-        let control = epoch
-            .streams
-            .iter()
-            .filter_map(|(&id, q)| q.front().map(|f| (id, f)))
-            .filter(|(_, f)| {
-                !f.is_data() && (!f.header.is_header_block() || Some(f.seq) == header_turn)
-            })
-            .min_by_key(|(_, f)| f.seq)
-            .map(|(id, _)| id);
-        // Without a control frame there is DATA: the oldest header block is either at the
-        // head of its stream (then it is a control candidate) or behind that stream's DATA.
-        let chosen = match control {
-            Some(id) => id,
-            None => Self::choose_data(epoch, header_turn, &mut self.round_robin, priorities)?,
-        };
+        let chosen = Self::next_stream(epoch, &self.round_robin, priorities)?;
+        let p = priorities.effective(chosen);
+        if p.incremental
+            && epoch.streams[&chosen]
+                .front()
+                .is_some_and(QueuedFrame::is_data)
+        {
+            self.round_robin[usize::from(p.urgency.min(7))] = chosen;
+        }
         let oldest_data = epoch
             .streams
             .values()
@@ -244,11 +236,53 @@ impl Scheduler {
         Some((unit, Popped { overtook }))
     }
 
+    /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
+    pub(crate) fn next_data_urgency(&self, priorities: &StreamPriorities) -> Option<u8> {
+        let stream = match self.ordering {
+            Ordering::InOrder => self.fifo.front().filter(|f| f.is_data())?.header.stream_id,
+            Ordering::Rfc9218 => {
+                let epoch = self.epochs.front()?;
+                if !epoch.conn.is_empty() {
+                    return None;
+                }
+                let id = Self::next_stream(epoch, &self.round_robin, priorities)?;
+                epoch.streams[&id].front().filter(|f| f.is_data())?;
+                id
+            }
+        };
+        Some(priorities.effective(stream).urgency)
+    }
+
+    /// The stream whose head unit goes next in `epoch` (stream-0 frames aside).
+    fn next_stream(
+        epoch: &Epoch,
+        round_robin: &[u32; 8],
+        priorities: &StreamPriorities,
+    ) -> Option<u32> {
+        let header_turn = epoch.header_order.front().copied();
+        // Non-DATA heads go first, oldest first; a header block only in its turn.
+        let control = epoch
+            .streams
+            .iter()
+            .filter_map(|(&id, q)| q.front().map(|f| (id, f)))
+            .filter(|(_, f)| {
+                !f.is_data() && (!f.header.is_header_block() || Some(f.seq) == header_turn)
+            })
+            .min_by_key(|(_, f)| f.seq)
+            .map(|(id, _)| id);
+        // Without a control frame there is DATA: the oldest header block is either at the
+        // head of its stream (then it is a control candidate) or behind that stream's DATA.
+        match control {
+            Some(id) => Some(id),
+            None => Self::choose_data(epoch, header_turn, round_robin, priorities),
+        }
+    }
+
     /// Picks the stream whose DATA goes next (RFC 9218 §10).
     fn choose_data(
         epoch: &Epoch,
         header_turn: Option<u64>,
-        round_robin: &mut [u32; 8],
+        round_robin: &[u32; 8],
         priorities: &StreamPriorities,
     ) -> Option<u32> {
         // A header block waiting behind its own stream's DATA (trailers) blocks every later
@@ -277,15 +311,13 @@ impl Scheduler {
         if let Some(&(id, _)) = level.clone().find(|(_, p)| !p.incremental) {
             return Some(id);
         }
-        // Incremental ones share the link frame by frame.
-        let slot = &mut round_robin[usize::from(urgency.min(7))];
-        let next = level
+        // Incremental ones share the link frame by frame, after the last one served.
+        let last = round_robin[usize::from(urgency.min(7))];
+        level
             .clone()
             .map(|(id, _)| *id)
-            .find(|&id| id > *slot)
-            .or_else(|| level.map(|(id, _)| *id).next())?;
-        *slot = next;
-        Some(next)
+            .find(|&id| id > last)
+            .or_else(|| level.map(|(id, _)| *id).next())
     }
 }
 

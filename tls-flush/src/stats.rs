@@ -27,6 +27,7 @@ struct Counters {
     bytes_written: AtomicU64,
     early_cuts: AtomicU64,
     data_frames_reordered: AtomicU64,
+    anticipation_holds: AtomicU64,
     priority_updates_applied: AtomicU64,
     priority_updates_buffered: AtomicU64,
     priority_updates_ignored: AtomicU64,
@@ -52,6 +53,8 @@ pub struct StatsSnapshot {
     pub early_cuts: u64,
     /// DATA frames sent ahead of a DATA frame that h2 wrote before them.
     pub data_frames_reordered: u64,
+    /// Times less urgent DATA was held back for an urgent response not yet written.
+    pub anticipation_holds: u64,
     /// PRIORITY_UPDATE frames applied to an open stream.
     pub priority_updates_applied: u64,
     /// PRIORITY_UPDATE frames kept for a stream that was not open yet.
@@ -82,6 +85,7 @@ impl ConnectionStats {
         add_bytes => bytes_written,
         add_early_cut => early_cuts,
         add_reordered => data_frames_reordered,
+        add_anticipation_hold => anticipation_holds,
         add_update_applied => priority_updates_applied,
         add_update_buffered => priority_updates_buffered,
         add_update_ignored => priority_updates_ignored,
@@ -104,6 +108,7 @@ impl ConnectionStats {
             bytes_written: c.bytes_written.load(Relaxed),
             early_cuts: c.early_cuts.load(Relaxed),
             data_frames_reordered: c.data_frames_reordered.load(Relaxed),
+            anticipation_holds: c.anticipation_holds.load(Relaxed),
             priority_updates_applied: c.priority_updates_applied.load(Relaxed),
             priority_updates_buffered: c.priority_updates_buffered.load(Relaxed),
             priority_updates_ignored: c.priority_updates_ignored.load(Relaxed),

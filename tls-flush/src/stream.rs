@@ -137,7 +137,9 @@ impl<T: Transport> FlushStream<T> {
             }
             // Nothing was admitted, yet the transport took everything it could without
             // blocking (only a short record is left): push that out too, then try again.
-            // This ends, because an empty queue admits any frame.
+            // An empty queue admits any frame, so this ends unless DATA is being held for an
+            // urgent response (anticipation), which has asked to be polled again.
+            let before = self.write.queued_bytes();
             let config = self.config.clone().cork(false);
             std::task::ready!(self.write.drive(
                 cx,
@@ -146,6 +148,9 @@ impl<T: Transport> FlushStream<T> {
                 &mut self.priorities,
                 true
             ))?;
+            if self.write.queued_bytes() == before {
+                return Poll::Pending;
+            }
         }
     }
 }

@@ -48,6 +48,8 @@ struct RecordWriter {
     holdable: bool,
     /// The open chunk already waited its one turn.
     held: bool,
+    /// Less urgent DATA is being held for an urgent response that is about to be written.
+    anticipating: bool,
     /// The frame whose bytes are being copied into chunks, how far, and whether it is bulk.
     current: Option<(QueuedFrame, usize, bool)>,
     sent_since_idle: u64,
@@ -194,6 +196,16 @@ impl WritePath {
                 ready!(io.poll_write_ready(cx))?;
             }
             let cut = self.fill_chunk(config, priorities);
+            if self.writer.anticipating && !cut {
+                // Poll again soon: the urgent response's HEADERS or the bound ends the hold.
+                // (A timer would tie the wrapper to Tokio's time driver; the hold is a few ms.)
+                cx.waker().wake_by_ref();
+                if flushing && !self.writer.chunk.is_empty() {
+                    self.writer.seal(false);
+                    continue;
+                }
+                return Poll::Ready(Ok(()));
+            }
             if cut || self.writer.chunk.len() >= self.target(config) {
                 self.writer.seal(cut);
                 if cut {
@@ -247,6 +259,19 @@ impl WritePath {
                     if !config.pack && !w.chunk.is_empty() {
                         return false;
                     }
+                    if let (true, Some(bound)) = (config.reorder, config.anticipate) {
+                        let next = self.scheduler.next_data_urgency(priorities);
+                        if next.is_some_and(|u| {
+                            priorities.awaiting_more_urgent(u, bound, Instant::now())
+                        }) {
+                            if !w.anticipating {
+                                w.anticipating = true;
+                                self.stats.add_anticipation_hold(1);
+                            }
+                            return false;
+                        }
+                    }
+                    w.anticipating = false;
                     let Some((frame, popped)) = self.scheduler.pop(priorities) else {
                         return false;
                     };
