@@ -7,7 +7,7 @@ use std::time::Duration;
 use integration_tests::client::pattern_sha256;
 use integration_tests::server::ServerSetup;
 use integration_tests::{ClientOptions, TapClient, TestServer, Trust};
-use tls_flush::{FlushConfig, Policy};
+use tls_flush::Policy;
 
 const DATA: u8 = 0;
 
@@ -424,64 +424,4 @@ async fn updates_for_finished_streams_and_malformed_updates_are_counted_and_harm
     // The connection keeps serving.
     let again = client.get("/size/70000", None).await.expect("after");
     assert_eq!((again.len, again.pattern_ok), (70000, true));
-}
-
-/// Background DATA bytes received before the critical response's DATA in the seed's
-/// simultaneous workload (two 1 MiB backgrounds and the critical request sent together).
-async fn simultaneous_background_before_critical(setup: ServerSetup) -> (usize, u64) {
-    let server = TestServer::demo(setup).await.expect("server");
-    let client = client(&server, None).await;
-    let bg1 = client.start("/bg/1", Some("u=5, i")).await.expect("bg1");
-    let bg2 = client.start("/bg/2", Some("u=5, i")).await.expect("bg2");
-    let critical = client
-        .start("/critical", Some("u=0"))
-        .await
-        .expect("critical");
-    let background = [bg1.stream_id(), bg2.stream_id()];
-    let critical_id = critical.stream_id();
-    let response = critical.finish().await.expect("critical");
-    assert_eq!((response.len, response.pattern_ok), (4096, true));
-    for r in [bg1.finish().await, bg2.finish().await] {
-        let r = r.expect("background");
-        assert_eq!((r.len, r.pattern_ok), (1 << 20, true));
-    }
-    let holds = server
-        .connection_stats()
-        .first()
-        .map_or(0, |s| s.snapshot().anticipation_holds);
-    (
-        background_before_critical(&client, 0, critical_id, &background),
-        holds,
-    )
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn anticipation_lets_the_urgent_response_lead_a_fresh_connection() {
-    let (stock, _) = simultaneous_background_before_critical(ServerSetup::default()).await;
-    let mut medians = Vec::new();
-    for anticipate in [false, true] {
-        let mut config = FlushConfig::for_policy(Policy::Scheduled);
-        if !anticipate {
-            config = config.anticipate(None);
-        }
-        let setup = ServerSetup {
-            config: Some(config),
-            ..ServerSetup::default()
-        };
-        let mut runs = Vec::new();
-        for _ in 0..5 {
-            runs.push(simultaneous_background_before_critical(setup.clone()).await);
-        }
-        runs.sort();
-        println!("simultaneous, scheduled, anticipate {anticipate}: (background bytes before critical, holds) {runs:?}; stock {stock}");
-        medians.push(runs[2]);
-    }
-    let (without, _) = medians[0];
-    let (with, holds) = medians[1];
-    assert!(holds <= 3, "a hold per urgent request at most");
-    // The critical response leads: at most one background frame before it.
-    assert!(
-        with <= 16 * 1024,
-        "anticipation let {with} bytes ahead (without: {without}, stock {stock})"
-    );
 }

@@ -442,6 +442,33 @@ mod tests {
     }
 
     #[test]
+    fn next_data_urgency_peeks_without_changing_the_turn() {
+        let p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=2")]);
+        let mut s = Scheduler::new(Ordering::Rfc9218);
+        for (h, b) in [
+            unit(frame::HEADERS, 4, 1, 3),
+            unit(frame::DATA, 0, 1, 10),
+            unit(frame::DATA, 0, 3, 10),
+        ] {
+            s.push(h, b);
+        }
+        // A header block goes next: no DATA to hold.
+        assert_eq!(s.next_data_urgency(&p), None);
+        s.pop(&p);
+        assert_eq!(s.next_data_urgency(&p), Some(5));
+        assert_eq!(s.next_data_urgency(&p), Some(5));
+        let (h, b) = unit(frame::DATA, 1, 5, 10);
+        s.push(h, b);
+        assert_eq!(s.next_data_urgency(&p), Some(2));
+        let order: Vec<u32> = drain(&mut s, &p).into_iter().map(|(_, id)| id).collect();
+        assert_eq!(
+            order,
+            vec![5, 1, 3],
+            "peeking did not move the round-robin turn"
+        );
+    }
+
+    #[test]
     fn in_order_keeps_h2_order() {
         let p = priorities(&[(1, "u=7"), (3, "u=0")]);
         let mut s = Scheduler::new(Ordering::InOrder);
