@@ -46,3 +46,8 @@ pub use socket::notsent_lowat;
 pub use stats::{ConnectionStats, StatsSnapshot};
 pub use stream::FlushStream;
 pub use transport::Transport;
+
+/// The crate README's code block, compiled as a doctest so it stays in sync.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

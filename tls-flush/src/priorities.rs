@@ -95,6 +95,12 @@ impl StreamPriorities {
             UpdateOutcome::Ignored => self.stats.add_update_ignored(1),
             UpdateOutcome::Invalid => self.stats.add_update_invalid(1),
         }
+        tracing::trace!(
+            frame_stream_id,
+            ?outcome,
+            len = payload.len(),
+            "PRIORITY_UPDATE"
+        );
         outcome
     }
 

@@ -10,6 +10,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
+use tracing::Instrument;
 
 use crate::config::FlushConfig;
 use crate::stats::{ConnectionStats, StatsSnapshot};
@@ -43,15 +44,22 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    tcp.set_nodelay(true)?;
-    let tls = acceptor.accept(tcp).await?;
-    let stream = FlushStream::new(tls, config);
-    let stats: ConnectionStats = stream.stats();
-    auto::Builder::new(TokioExecutor::new())
-        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-        .await
-        .map_err(io::Error::other)?;
-    Ok(stats.snapshot())
+    let span = tracing::debug_span!("tls-flush", peer = ?tcp.peer_addr().ok());
+    async move {
+        tcp.set_nodelay(true)?;
+        let tls = acceptor.accept(tcp).await?;
+        let stream = FlushStream::new(tls, config);
+        let stats: ConnectionStats = stream.stats();
+        tracing::debug!(http2 = stream.is_http2(), "wrapped");
+        let served = auto::Builder::new(TokioExecutor::new())
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+            .await;
+        tracing::debug!(counters = ?stats.snapshot(), "closed");
+        served.map_err(io::Error::other)?;
+        Ok(stats.snapshot())
+    }
+    .instrument(span)
+    .await
 }
 
 /// Accepts connections forever and serves each with [`serve_connection`] on its own task.

@@ -105,6 +105,10 @@ impl<T: Transport> FlushStream<T> {
             Verdict::Undecided if buf.starts_with(b"HTTP/") => Mode::PassThrough,
             Verdict::Undecided => Mode::Http2,
         };
+        tracing::debug!(
+            http2 = self.mode == Mode::Http2,
+            "protocol decided by the first write"
+        );
     }
 
     fn poll_write_h2(

@@ -210,6 +210,10 @@ impl WritePath {
                 self.writer.seal(cut);
                 if cut {
                     self.stats.add_early_cut(1);
+                    tracing::trace!(
+                        len = self.writer.chunk.len(),
+                        "record cut after an urgent frame"
+                    );
                 }
                 continue;
             }
@@ -267,6 +271,7 @@ impl WritePath {
                             if !w.anticipating {
                                 w.anticipating = true;
                                 self.stats.add_anticipation_hold(1);
+                                tracing::trace!(?next, "holding DATA for an urgent response");
                             }
                             return false;
                         }
