@@ -125,6 +125,7 @@ impl<T: Transport> FlushStream<T> {
                     break;
                 }
             }
+            let queued_after_absorb = self.write.queued_bytes();
             // Push out whatever full records are ready; a Pending here is fine, the
             // transport will wake us.
             let drove =
@@ -141,9 +142,6 @@ impl<T: Transport> FlushStream<T> {
             }
             // Nothing was admitted, yet the transport took everything it could without
             // blocking (only a short record is left): push that out too, then try again.
-            // An empty queue admits any frame, so this ends unless DATA is being held for an
-            // urgent response (anticipation), which has asked to be polled again.
-            let before = self.write.queued_bytes();
             let config = self.config.clone().cork(false);
             std::task::ready!(self.write.drive(
                 cx,
@@ -152,7 +150,10 @@ impl<T: Transport> FlushStream<T> {
                 &mut self.priorities,
                 true
             ))?;
-            if self.write.queued_bytes() == before {
+            if self.write.queued_bytes() == queued_after_absorb {
+                // No progress without blocking: DATA is held for an urgent response
+                // (anticipation). Ask to be polled again rather than spin here.
+                cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
         }
@@ -237,8 +238,9 @@ impl<T: Transport> AsyncWrite for FlushStream<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.mode == Mode::Http2 {
-            // Drain everything, short records included: nothing waits at shutdown.
-            let config = this.config.clone().cork(false);
+            // Drain everything, short records and held DATA included: nothing waits at
+            // shutdown.
+            let config = this.config.clone().cork(false).anticipate(None);
             std::task::ready!(this.write.drive(
                 cx,
                 &mut this.io,

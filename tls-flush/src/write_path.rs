@@ -336,6 +336,12 @@ impl WritePath {
         if queued == 0 || queued + header.frame_len() <= config.soft_limit {
             return true;
         }
+        // The rest of a header block already begun: it cannot leave until complete, so
+        // refusing it could never make room. Memory stays bounded by the hard limit plus one
+        // header block (whose size the application controls).
+        if header.kind == frame::CONTINUATION && self.open_block.is_some() {
+            return true;
+        }
         if queued + header.frame_len() > config.hard_limit {
             return false;
         }
