@@ -156,17 +156,28 @@ async fn late_critical_with_slow_reader(setup: ServerSetup) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_urgent_request_overtakes_queued_background_under_scheduled() {
-    let stock = late_critical_with_slow_reader(ServerSetup::default()).await;
-    let scheduled = late_critical_with_slow_reader(ServerSetup {
-        policy: Some(Policy::Scheduled),
-        record_size: None,
-        config: None,
-    })
-    .await;
-    println!("background bytes before critical: stock {stock}, scheduled {scheduled}");
+    // Medians of three: on a loaded 2-core machine single runs vary.
+    let mut stock = Vec::new();
+    let mut scheduled = Vec::new();
+    for _ in 0..3 {
+        stock.push(late_critical_with_slow_reader(ServerSetup::default()).await);
+        scheduled.push(
+            late_critical_with_slow_reader(ServerSetup {
+                policy: Some(Policy::Scheduled),
+                record_size: None,
+                config: None,
+            })
+            .await,
+        );
+    }
+    stock.sort();
+    scheduled.sort();
+    println!("background bytes before critical: stock {stock:?}, scheduled {scheduled:?}");
     assert!(
-        scheduled * 3 < stock,
-        "scheduled let {scheduled} background bytes ahead of the critical response, stock {stock}"
+        scheduled[1] * 3 < stock[1],
+        "scheduled let {} background bytes ahead of the critical response (median), stock {}",
+        scheduled[1],
+        stock[1]
     );
 }
 
