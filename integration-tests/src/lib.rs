@@ -1,12 +1,16 @@
 //! The measuring harness: an HTTP/2 client over rustls with taps under TLS (records) and
 //! above TLS (frames), body verification, and in-process servers under test.
 //!
-//! The link emulator, the workloads and the `lab` binary come with their own issue.
+//! [`link`] emulates a slow path, [`workload`] runs the seed workloads, and [`lab`] measures
+//! cases side by side (the `lab` binary).
 #![deny(missing_docs)]
 
 pub mod client;
+pub mod lab;
+pub mod link;
 pub mod server;
 pub mod tap;
+pub mod workload;
 
 pub use client::{ClientOptions, PendingResponse, Response, TapClient, Trust};
 pub use server::TestServer;

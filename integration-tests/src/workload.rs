@@ -1,0 +1,661 @@
+//! The seed workloads (seed 000): two 1 MiB background responses and a 4 KiB critical one
+//! on one fresh HTTP/2 connection, sent together ([`Workload::Simultaneous`]) or with the
+//! critical request sent late ([`Workload::Late`]), with equal or explicit urgencies; run
+//! against a server under test ([`Case`]) behind the link emulator, and measured by the
+//! client's taps.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! use integration_tests::link::LinkConfig;
+//! use integration_tests::workload::{run_once, Case, Urgencies, Workload};
+//!
+//! let result = run_once(
+//!     &Case::Scheduled,
+//!     Workload::Late,
+//!     Urgencies::Explicit,
+//!     &LinkConfig::default(),
+//! )
+//! .await?;
+//! println!("critical complete after {:.1} ms", result.critical_complete_ms);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tls_flush::Policy;
+
+use crate::client::{pattern_sha256, ClientOptions, PendingResponse, Response, TapClient, Trust};
+use crate::link::{LinkConfig, RelayLink};
+use crate::server::{ServerSetup, TestServer};
+use crate::tap::{FrameEvent, TapLog};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Length of each background body (`/bg/1`, `/bg/2`).
+pub const BACKGROUND_LEN: u64 = examples::responses::BG_LEN;
+/// Length of the critical body (`/critical`).
+pub const CRITICAL_LEN: u64 = examples::responses::CRITICAL_LEN;
+/// Background DATA payload that must have arrived before the late critical request is sent.
+pub const LATE_THRESHOLD: usize = 32 * 1024;
+/// A run fails when it takes longer than this plus four times the fixture's transfer time at
+/// the link's rate (a stuck connection, not a slow one).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The rustls `max_fragment_size` of the `stock-4k` case (the seeds' static 4 KiB records).
+pub const STOCK_4K_FRAGMENT: usize = 4096;
+
+const DATA: u8 = 0x0;
+const END_STREAM: u8 = 0x1;
+
+/// When the critical request is sent relative to the two background requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// GET `/bg/1`, `/bg/2` and `/critical` sent together.
+    Simultaneous,
+    /// `/critical` sent once at least [`LATE_THRESHOLD`] bytes of background DATA arrived.
+    Late,
+}
+
+impl Workload {
+    /// Both workloads, in the seed's order.
+    pub const ALL: [Workload; 2] = [Workload::Simultaneous, Workload::Late];
+
+    /// The name on command lines and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Simultaneous => "simultaneous",
+            Workload::Late => "late",
+        }
+    }
+}
+
+/// The `priority` request headers the client sends (RFC 9218).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Urgencies {
+    /// Every request `priority: u=3`.
+    Equal,
+    /// Critical `priority: u=0`, background `priority: u=5, i`.
+    Explicit,
+}
+
+impl Urgencies {
+    /// Both, in the seed's order.
+    pub const ALL: [Urgencies; 2] = [Urgencies::Equal, Urgencies::Explicit];
+
+    /// The name on command lines and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Urgencies::Equal => "equal",
+            Urgencies::Explicit => "explicit",
+        }
+    }
+
+    /// The `priority` header of the critical request.
+    pub fn critical(self) -> &'static str {
+        match self {
+            Urgencies::Equal => "u=3",
+            Urgencies::Explicit => "u=0",
+        }
+    }
+
+    /// The `priority` header of each background request.
+    pub fn background(self) -> &'static str {
+        match self {
+            Urgencies::Equal => "u=3",
+            Urgencies::Explicit => "u=5, i",
+        }
+    }
+}
+
+/// The server under test.
+///
+/// The five built-in cases start the demo app (`examples::axum_app::router()`) in-process,
+/// a fresh server per run. [`Case::External`] is a server someone else started (nginx,
+/// h2o, ...): it must serve the same fixture (`/critical` 4096 bytes and `/bg/{name}`
+/// 1 MiB, byte `i` being `(i % 251) as u8`) over TLS with ALPN h2; its certificate is not
+/// verified. An external server that sends TLS session tickets adds them to `tls_records`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Case {
+    /// Stock hyper + tokio-rustls.
+    Stock,
+    /// Stock, with rustls `max_fragment_size` 4096 (the seeds' static 4 KiB records).
+    Stock4k,
+    /// `tls-flush` with [`Policy::EarlyFlush`].
+    EarlyFlush,
+    /// `tls-flush` with [`Policy::Dynamic`].
+    Dynamic,
+    /// `tls-flush` with [`Policy::Scheduled`].
+    Scheduled,
+    /// A server already listening at `addr`, measured behind the same link.
+    External {
+        /// The name in tables and JSON.
+        name: String,
+        /// Where it listens.
+        addr: SocketAddr,
+    },
+}
+
+impl Case {
+    /// The in-process cases, in the order of the issue.
+    pub const BUILTIN: [Case; 5] = [
+        Case::Stock,
+        Case::Stock4k,
+        Case::EarlyFlush,
+        Case::Dynamic,
+        Case::Scheduled,
+    ];
+
+    /// The name on command lines, in tables and in JSON.
+    pub fn name(&self) -> &str {
+        match self {
+            Case::Stock => "stock",
+            Case::Stock4k => "stock-4k",
+            Case::EarlyFlush => Policy::EarlyFlush.name(),
+            Case::Dynamic => Policy::Dynamic.name(),
+            Case::Scheduled => Policy::Scheduled.name(),
+            Case::External { name, .. } => name,
+        }
+    }
+
+    /// How the in-process server is set up; `None` for an external server.
+    pub fn setup(&self) -> Option<ServerSetup> {
+        let (policy, record_size) = match self {
+            Case::Stock => (None, None),
+            Case::Stock4k => (None, Some(STOCK_4K_FRAGMENT)),
+            Case::EarlyFlush => (Some(Policy::EarlyFlush), None),
+            Case::Dynamic => (Some(Policy::Dynamic), None),
+            Case::Scheduled => (Some(Policy::Scheduled), None),
+            Case::External { .. } => return None,
+        };
+        Some(ServerSetup {
+            policy,
+            record_size,
+            config: None,
+        })
+    }
+}
+
+impl fmt::Display for Case {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for Urgencies {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is not a known case, workload or urgency set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownName {
+    /// What was looked up ("case", "workload", "urgencies").
+    pub what: &'static str,
+    /// The name given.
+    pub name: String,
+    /// The names accepted.
+    pub known: Vec<String>,
+}
+
+impl fmt::Display for UnknownName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown {} `{}` (known: {})",
+            self.what,
+            self.name,
+            self.known.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for UnknownName {}
+
+impl FromStr for Case {
+    type Err = UnknownName;
+
+    /// A built-in name, or `NAME@HOST:PORT` for an external server.
+    ///
+    /// ```
+    /// use integration_tests::workload::Case;
+    /// assert_eq!("stock-4k".parse::<Case>().unwrap(), Case::Stock4k);
+    /// let nginx: Case = "nginx@127.0.0.1:8443".parse().unwrap();
+    /// assert_eq!(nginx.name(), "nginx");
+    /// assert!("fast".parse::<Case>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if let Some(case) = Case::BUILTIN.iter().find(|c| c.name() == s) {
+            return Ok(case.clone());
+        }
+        let unknown = || UnknownName {
+            what: "case",
+            name: s.to_string(),
+            known: Case::BUILTIN
+                .iter()
+                .map(|c| c.name().to_string())
+                .chain(["NAME@HOST:PORT".to_string()])
+                .collect(),
+        };
+        let (name, addr) = s.split_once('@').ok_or_else(unknown)?;
+        let addr = addr.parse().map_err(|_| unknown())?;
+        if name.is_empty() || Case::BUILTIN.iter().any(|c| c.name() == name) {
+            return Err(unknown());
+        }
+        Ok(Case::External {
+            name: name.to_string(),
+            addr,
+        })
+    }
+}
+
+impl FromStr for Workload {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s.trim())
+            .ok_or_else(|| UnknownName {
+                what: "workload",
+                name: s.to_string(),
+                known: Workload::ALL.iter().map(|w| w.name().to_string()).collect(),
+            })
+    }
+}
+
+impl FromStr for Urgencies {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Urgencies::ALL
+            .into_iter()
+            .find(|u| u.name() == s.trim())
+            .ok_or_else(|| UnknownName {
+                what: "urgencies",
+                name: s.to_string(),
+                known: Urgencies::ALL
+                    .iter()
+                    .map(|u| u.name().to_string())
+                    .collect(),
+            })
+    }
+}
+
+/// What one run measured. Times are milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// [`Case::name`].
+    pub case: String,
+    /// The workload.
+    pub workload: Workload,
+    /// The urgencies.
+    pub urgencies: Urgencies,
+    /// Which repeat of the lab this run belongs to (0 outside the lab).
+    pub repeat: usize,
+    /// From the moment the critical request left the client to the first decrypted byte of
+    /// its DATA (the first byte of its first non-empty DATA frame delivered above TLS).
+    pub critical_first_byte_ms: f64,
+    /// From the moment the critical request left the client to the last byte of its first
+    /// complete non-empty DATA frame (the application-facing figure of seed 000).
+    pub critical_complete_ms: f64,
+    /// Background DATA payload bytes received on the connection before the critical
+    /// response's first complete DATA frame (including, in `late`, those that arrived before
+    /// the critical request was sent: see `background_bytes_at_critical_request`).
+    pub background_bytes_before_critical: u64,
+    /// Background DATA payload bytes received before the critical request was sent (0 in
+    /// `simultaneous`, at least [`LATE_THRESHOLD`] in `late`).
+    pub background_bytes_at_critical_request: u64,
+    /// From the start of the TCP connect to the last byte of all three bodies.
+    pub fixture_complete_ms: f64,
+    /// From the start of the TCP connect to the critical request leaving the client.
+    pub critical_sent_ms: f64,
+    /// Server-to-client TLS application-data records after the handshake.
+    pub tls_records: usize,
+    /// Ciphertext bytes the client received, handshake included.
+    pub wire_bytes: u64,
+}
+
+/// Runs `workload` once against a fresh server for `case`, through a fresh relay link with
+/// `link`, on a fresh connection; every body is checked byte for byte (a wrong or short
+/// body fails the run). The server and the link are torn down before this returns.
+pub async fn run_once(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    link: &LinkConfig,
+) -> Result<RunResult, BoxError> {
+    run_on(case, workload, urgencies, Some(link)).await
+}
+
+/// [`run_once`], or straight over loopback without a link when `link` is `None` (fast, for
+/// tests of the runner itself; the figures then say little about a real path).
+pub async fn run_on(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    link: Option<&LinkConfig>,
+) -> Result<RunResult, BoxError> {
+    let label = format!("{case}/{workload}/{urgencies}");
+    let server = match case.setup() {
+        Some(setup) => Some(
+            TestServer::demo(setup)
+                .await
+                .map_err(|e| format!("{label}: starting the server: {e}"))?,
+        ),
+        None => None,
+    };
+    let (upstream, trust) = match (&server, case) {
+        (Some(server), _) => (server.addr, Trust::Certificate(server.certificate.clone())),
+        (None, Case::External { addr, .. }) => (*addr, Trust::AnyCertificate),
+        (None, _) => unreachable!("built-in cases start a server"),
+    };
+    let relay = match link {
+        Some(config) => Some(
+            RelayLink::start(upstream, *config)
+                .await
+                .map_err(|e| format!("{label}: starting the link: {e}"))?,
+        ),
+        None => None,
+    };
+    let addr = relay.as_ref().map_or(upstream, RelayLink::addr);
+    let transfer = link.map_or(Duration::ZERO, |l| {
+        let bits = (2 * BACKGROUND_LEN + CRITICAL_LEN) as f64 * 8.0;
+        Duration::from_secs_f64(bits / (l.rate_mbit * 1e6) + l.rtt.as_secs_f64() * 10.0)
+    });
+    let limit = RUN_TIMEOUT + transfer * 4;
+    let measured = on_client_thread(limit, move || fixture(addr, trust, workload, urgencies))
+        .await
+        .map_err(|e| format!("{label}: {e}"))?;
+    // The client is gone (its connection closes); stop the link and the server, and let the
+    // close travel before the next run starts.
+    drop(relay);
+    drop(server);
+    if let Some(config) = link {
+        tokio::time::sleep(config.rtt).await;
+    }
+    Ok(RunResult {
+        case: case.name().to_string(),
+        workload,
+        urgencies,
+        repeat: 0,
+        ..measured
+    })
+}
+
+/// Runs the client side of a run on its own thread with a single-threaded runtime, like a
+/// separate client process: the server and the link keep the caller's runtime, and requests
+/// started back to back (no await point between them yields) leave in one write, so the
+/// `simultaneous` requests reach the server together. The client's connection ends with
+/// that runtime.
+async fn on_client_thread<F, Fut, T>(limit: Duration, run: F) -> Result<T, BoxError>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, BoxError>>,
+    T: Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("workload-client".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(BoxError::from)
+                .and_then(|runtime| {
+                    runtime.block_on(async {
+                        tokio::time::timeout(limit, run())
+                            .await
+                            .map_err(|_| format!("no result within {limit:?}"))?
+                    })
+                });
+            let _ = tx.send(result);
+        })?;
+    rx.await.map_err(|_| "the client thread panicked")?
+}
+
+/// Runs the requests of the fixture on one fresh connection to `addr` and measures them.
+async fn fixture(
+    addr: SocketAddr,
+    trust: Trust,
+    workload: Workload,
+    urgencies: Urgencies,
+) -> Result<RunResult, BoxError> {
+    let client = TapClient::connect(
+        addr,
+        ClientOptions {
+            trust,
+            ..ClientOptions::default()
+        },
+    )
+    .await
+    .map_err(|e| format!("connecting: {e}"))?;
+    let bg1 = client.start("/bg/1", Some(urgencies.background())).await?;
+    let bg2 = client.start("/bg/2", Some(urgencies.background())).await?;
+    let background = [bg1.stream_id(), bg2.stream_id()];
+    // Read both background bodies from now on, concurrently with everything else.
+    let reading = tokio::spawn(async move {
+        let (r1, r2) = futures_util::join!(bg1.finish(), bg2.finish());
+        Ok::<_, BoxError>((r1?, r2?))
+    });
+    let frames_at_request = match workload {
+        Workload::Simultaneous => 0,
+        Workload::Late => {
+            client
+                .wait_for_data(&background, LATE_THRESHOLD, Duration::from_secs(3600))
+                .await?;
+            client.log().frames.len()
+        }
+    };
+    let critical: PendingResponse = client
+        .start("/critical", Some(urgencies.critical()))
+        .await?;
+    let critical_id = critical.stream_id();
+    let sent_at = critical.sent_at();
+    let critical = critical.finish().await?;
+    let (bg1, bg2) = reading.await.map_err(|e| format!("reading: {e}"))??;
+    check_body("/critical", &critical, CRITICAL_LEN)?;
+    check_body("/bg/1", &bg1, BACKGROUND_LEN)?;
+    check_body("/bg/2", &bg2, BACKGROUND_LEN)?;
+    let log = client.log();
+    let handshake_records = client.handshake_records;
+    let connected_at = client.connected_at;
+    drop(client);
+    measure(
+        &log,
+        handshake_records,
+        connected_at,
+        sent_at,
+        critical_id,
+        &background,
+        frames_at_request,
+    )
+}
+
+/// Fails unless `response` is a 200 with exactly `len` pattern bytes.
+fn check_body(path: &str, response: &Response, len: u64) -> Result<(), BoxError> {
+    if !response.status.is_success() {
+        return Err(format!("{path}: status {}", response.status).into());
+    }
+    if response.len != len {
+        return Err(format!("{path}: {} body bytes, expected {len}", response.len).into());
+    }
+    if !response.pattern_ok {
+        return Err(format!("{path}: body bytes differ from the pattern").into());
+    }
+    if response.sha256 != expected_sha256(len) {
+        return Err(format!("{path}: body SHA-256 differs from the pattern's").into());
+    }
+    Ok(())
+}
+
+fn expected_sha256(len: u64) -> [u8; 32] {
+    static BACKGROUND: OnceLock<[u8; 32]> = OnceLock::new();
+    static CRITICAL: OnceLock<[u8; 32]> = OnceLock::new();
+    match len {
+        BACKGROUND_LEN => *BACKGROUND.get_or_init(|| pattern_sha256(BACKGROUND_LEN)),
+        CRITICAL_LEN => *CRITICAL.get_or_init(|| pattern_sha256(CRITICAL_LEN)),
+        other => pattern_sha256(other),
+    }
+}
+
+fn ms(from: Instant, to: Instant) -> f64 {
+    to.saturating_duration_since(from).as_secs_f64() * 1e3
+}
+
+/// The figures of one run, from the taps' log. `frames_at_request` is how many frames had
+/// arrived when the critical request was sent.
+fn measure(
+    log: &TapLog,
+    handshake_records: usize,
+    connected_at: Instant,
+    sent_at: Instant,
+    critical: u32,
+    background: &[u32],
+    frames_at_request: usize,
+) -> Result<RunResult, BoxError> {
+    let is_data = |f: &FrameEvent| f.kind == DATA && f.len > 0;
+    let first = log
+        .frames
+        .iter()
+        .position(|f| is_data(f) && f.stream_id == critical)
+        .ok_or("no critical DATA frame seen")?;
+    let background_bytes = |frames: &[FrameEvent]| -> u64 {
+        frames
+            .iter()
+            .filter(|f| f.kind == DATA && background.contains(&f.stream_id))
+            .map(|f| f.len as u64)
+            .sum()
+    };
+    let mut done = None;
+    for id in background.iter().copied().chain([critical]) {
+        let end = log
+            .frames
+            .iter()
+            .rfind(|f| f.stream_id == id && f.flags & END_STREAM != 0)
+            .ok_or_else(|| format!("stream {id} never ended"))?;
+        done = done.max(Some(end.last_byte_at));
+    }
+    let done = done.expect("three streams");
+    let frame = &log.frames[first];
+    Ok(RunResult {
+        case: String::new(),
+        workload: Workload::Simultaneous,
+        urgencies: Urgencies::Equal,
+        repeat: 0,
+        critical_first_byte_ms: ms(sent_at, frame.first_byte_at),
+        critical_complete_ms: ms(sent_at, frame.last_byte_at),
+        background_bytes_before_critical: background_bytes(&log.frames[..first]),
+        background_bytes_at_critical_request: background_bytes(
+            &log.frames[..frames_at_request.min(log.frames.len())],
+        ),
+        fixture_complete_ms: ms(connected_at, done),
+        critical_sent_ms: ms(connected_at, sent_at),
+        tls_records: log
+            .records
+            .iter()
+            .skip(handshake_records)
+            .filter(|r| r.content_type == 23)
+            .count(),
+        wire_bytes: log.wire_bytes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tap::RecordEvent;
+
+    #[test]
+    fn names_round_trip() {
+        for case in Case::BUILTIN {
+            assert_eq!(case.name().parse::<Case>().unwrap(), case);
+        }
+        for w in Workload::ALL {
+            assert_eq!(w.name().parse::<Workload>().unwrap(), w);
+        }
+        for u in Urgencies::ALL {
+            assert_eq!(u.name().parse::<Urgencies>().unwrap(), u);
+        }
+        let err = "nope".parse::<Workload>().unwrap_err().to_string();
+        assert!(err.contains("simultaneous, late"), "{err}");
+        assert!("stock@127.0.0.1:1".parse::<Case>().is_err());
+        assert!("x@nowhere".parse::<Case>().is_err());
+        let ext: Case = "h2o@127.0.0.1:8443".parse().unwrap();
+        assert!(ext.setup().is_none());
+    }
+
+    #[test]
+    fn cases_map_to_server_setups() {
+        assert!(Case::Stock.setup().unwrap().policy.is_none());
+        assert_eq!(Case::Stock4k.setup().unwrap().record_size, Some(4096));
+        assert_eq!(
+            Case::Scheduled.setup().unwrap().policy,
+            Some(Policy::Scheduled)
+        );
+        assert_eq!(
+            serde_json::to_string(&Workload::Simultaneous).unwrap(),
+            "\"simultaneous\""
+        );
+    }
+
+    #[test]
+    fn measure_reads_the_taps() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let frame = |ms0, ms1, stream_id, len, flags| FrameEvent {
+            first_byte_at: at(ms0),
+            last_byte_at: at(ms1),
+            kind: DATA,
+            flags,
+            stream_id,
+            len,
+            end_offset: 0,
+        };
+        let record = |ms, content_type| RecordEvent {
+            at: at(ms),
+            content_type,
+            len: 100,
+        };
+        let log = TapLog {
+            records: vec![record(1, 22), record(2, 23), record(30, 23), record(31, 23)],
+            frames: vec![
+                frame(10, 11, 1, 16384, 0),
+                frame(11, 12, 3, 16384, 0),
+                frame(12, 13, 1, 1000, 0),
+                frame(20, 25, 5, 4096, 0),
+                frame(25, 25, 5, 0, END_STREAM),
+                frame(26, 27, 1, 500, END_STREAM),
+                frame(27, 40, 3, 500, END_STREAM),
+            ],
+            wire_bytes: 1234,
+            plain_bytes: 0,
+        };
+        let r = measure(&log, 1, t0, at(12), 5, &[1, 3], 2).unwrap();
+        assert_eq!(r.critical_first_byte_ms, 8.0);
+        assert_eq!(r.critical_complete_ms, 13.0);
+        assert_eq!(r.background_bytes_before_critical, 16384 * 2 + 1000);
+        assert_eq!(r.background_bytes_at_critical_request, 16384 * 2);
+        assert_eq!(r.fixture_complete_ms, 40.0);
+        assert_eq!(r.critical_sent_ms, 12.0);
+        assert_eq!(r.tls_records, 3);
+        assert_eq!(r.wire_bytes, 1234);
+        let mut unfinished = log.clone();
+        unfinished.frames.pop();
+        assert!(measure(&unfinished, 1, t0, at(12), 5, &[1, 3], 2).is_err());
+    }
+}
