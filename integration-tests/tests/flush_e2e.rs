@@ -436,3 +436,30 @@ async fn updates_for_finished_streams_and_malformed_updates_are_counted_and_harm
     let again = client.get("/size/70000", None).await.expect("after");
     assert_eq!((again.len, again.pattern_ok), (70000, true));
 }
+
+/// The record tap under the client's TLS sees exactly the records the server wrote: the
+/// wrapper's own count of records handed to rustls equals the application-data records the
+/// tap parsed from the ciphertext (the test servers send no session tickets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_tap_counts_what_rustls_wrote() {
+    for record_size in [None, Some(4096)] {
+        let server = TestServer::demo(ServerSetup {
+            policy: Some(Policy::Scheduled),
+            record_size,
+            config: None,
+        })
+        .await
+        .expect("server");
+        let client = client(&server, None).await;
+        for path in ["/size/1", "/critical", "/size/300000", "/bg/x"] {
+            let r = client.get(path, None).await.expect("response");
+            assert!(r.pattern_ok, "{path}");
+        }
+        let written = server.connection_stats()[0].snapshot().records_written;
+        let tapped = client.record_spans().len() as u64;
+        println!(
+            "records: wrapper wrote {written}, tap saw {tapped} (record size {record_size:?})"
+        );
+        assert_eq!(tapped, written, "record size {record_size:?}");
+    }
+}
