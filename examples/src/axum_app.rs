@@ -13,10 +13,11 @@ use crate::responses::{
     index_response, not_found, pattern_response, size_response, BG_LEN, CRITICAL_LEN,
     CRITICAL_URGENCY,
 };
-use axum::extract::Path;
+use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
+use tower::util::MapRequestLayer;
 use tower_priority::{Priority, PriorityLayer};
 use tracing::debug;
 
@@ -35,6 +36,12 @@ pub fn router() -> Router {
         .route("/size/{n}", get(size))
         .fallback(|| async { not_found() })
         .layer(PriorityLayer::new())
+        .layer(MapRequestLayer::new(|req: Request| {
+            let raw: Vec<_> = req.headers().get_all("priority").iter().collect();
+            let (path, version) = (req.uri().path(), req.version());
+            debug!(path = %path, version = ?version, priority = ?raw, "request priority header");
+            req
+        }))
 }
 
 async fn index(Extension(priority): Extension<Priority>) -> Response {

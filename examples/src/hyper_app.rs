@@ -96,6 +96,8 @@ impl Service<Req> for App {
 
     fn call(&mut self, req: Req) -> Self::Future {
         let path = req.uri().path().to_owned();
+        let raw: Vec<_> = req.headers().get_all("priority").iter().collect();
+        debug!(path = %path, version = ?req.version(), priority = ?raw, "request priority header");
         let known = path == "/"
             || path == CRITICAL_PATH
             || path_param(&path, BG_PREFIX).is_some()

@@ -45,7 +45,10 @@ pub const HTML: &str = "text/html; charset=utf-8";
 pub const TEXT: &str = "text/plain; charset=utf-8";
 
 /// The page served at `/`: it fetches `/critical` and two background resources, the
-/// browser workload of the seed experiment.
+/// browser workload of the seed experiment, and verifies them itself: each body must have
+/// the expected length and every byte `i` must be `i % 251`. The outcome goes to
+/// `document.title` and `#result`: `ok critical=4096 bg1=1048576 bg2=1048576`, or
+/// `error: ...` (the headless Chromium test reads it from the dumped DOM).
 pub const INDEX_HTML: &str = r#"<!doctype html>
 <html lang="en">
 <head>
@@ -57,22 +60,33 @@ pub const INDEX_HTML: &str = r#"<!doctype html>
 <p>This page loads one critical 4 KiB resource and two 1 MiB background resources over
 the same connection. The server pins <code>/critical</code> to <code>u=0</code>.</p>
 <ul id="results"></ul>
+<p id="result">loading</p>
 <script>
 const started = performance.now();
-function load(path, priority) {
-  return fetch(path, { priority, cache: "no-store" })
-    .then((r) => r.arrayBuffer())
-    .then((b) => {
-      const li = document.createElement("li");
-      li.textContent = `${path}: ${b.byteLength} bytes in ${Math.round(performance.now() - started)} ms`;
-      document.getElementById("results").appendChild(li);
-    });
+async function load(path, priority, expected) {
+  const r = await fetch(path, { priority, cache: "no-store" });
+  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  const b = new Uint8Array(await r.arrayBuffer());
+  if (b.length !== expected) throw new Error(`${path}: ${b.length} bytes, expected ${expected}`);
+  for (let i = 0; i < b.length; i++) {
+    if (b[i] !== i % 251) throw new Error(`${path}: byte ${i} is ${b[i]}, expected ${i % 251}`);
+  }
+  const li = document.createElement("li");
+  li.textContent = `${path}: ${b.length} bytes in ${Math.round(performance.now() - started)} ms`;
+  document.getElementById("results").appendChild(li);
+  return b.length;
 }
 Promise.all([
-  load("/bg/one", "low"),
-  load("/bg/two", "low"),
-  load("/critical", "high"),
-]);
+  load("/bg/one", "low", 1048576),
+  load("/bg/two", "low", 1048576),
+  load("/critical", "high", 4096),
+]).then(
+  ([bg1, bg2, critical]) => `ok critical=${critical} bg1=${bg1} bg2=${bg2}`,
+  (e) => `error: ${e.message}`,
+).then((result) => {
+  document.title = result;
+  document.getElementById("result").textContent = result;
+});
 </script>
 </body>
 </html>

@@ -120,6 +120,11 @@ impl Server {
         self.child.id().expect("server still running")
     }
 
+    /// Everything the server wrote to stderr (its tracing output) so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
     /// Sends SIGTERM with the `kill` command.
     pub fn sigterm(&self) {
         let status = std::process::Command::new("kill")
@@ -448,4 +453,369 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
         .get(name)
         .map(|v| v.to_str().expect("ASCII header"))
         .unwrap_or("")
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers for the real-client interop tests (examples/tests/interop.rs): the server's
+// logs and tls-flush counters, external tools, and a small JSON reader for their output.
+// ---------------------------------------------------------------------------------------
+
+/// Where the interop tests' tools come from.
+pub const INSTALL_HINT: &str =
+    "install the interop test tools with `scripts/install-test-tools.sh` \
+     (as root; it installs curl, nghttp2-client (nghttp, h2load), chromium and python h2)";
+
+impl Server {
+    /// Sends SIGTERM, waits for exit status 0 and for the server's last log line, and
+    /// returns its whole stderr: every closed connection's tls-flush counters are in it.
+    pub async fn stop(&mut self) -> String {
+        self.sigterm();
+        let status = within("server exit after SIGTERM", self.child.wait())
+            .await
+            .expect("wait for server");
+        assert!(status.success(), "{} exited with {status:?}", self.name);
+        within("server's last log line", async {
+            loop {
+                let logs = self.logs();
+                if logs.lines().any(|l| l.contains("; exiting")) {
+                    return logs;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
+}
+
+/// One `tls-flush counters` line: the peer of the connection and the `StatsSnapshot`
+/// fields it logged when the connection closed.
+#[derive(Debug, Clone)]
+pub struct Counters {
+    pub peer: String,
+    pub values: std::collections::BTreeMap<String, u64>,
+}
+
+impl Counters {
+    /// The value of field `name` (e.g. `priority_updates_applied`); panics if absent.
+    pub fn get(&self, name: &str) -> u64 {
+        *self
+            .values
+            .get(name)
+            .unwrap_or_else(|| panic!("no counter {name} in {self:?}"))
+    }
+}
+
+/// Every `tls-flush counters` line in `logs` (one per connection served with a
+/// `tls-flush` policy, logged at debug level by `examples::server` when it closes).
+pub fn counters(logs: &str) -> Vec<Counters> {
+    logs.lines()
+        .filter(|l| l.contains("tls-flush counters"))
+        .map(|line| {
+            let peer = line
+                .split_once("peer=")
+                .and_then(|(_, rest)| rest.split_once('}'))
+                .map(|(peer, _)| peer.to_owned())
+                .unwrap_or_default();
+            let fields = line
+                .split_once("StatsSnapshot {")
+                .and_then(|(_, rest)| rest.rsplit_once('}'))
+                .map(|(fields, _)| fields)
+                .unwrap_or_else(|| panic!("unexpected counters line {line:?}"));
+            let values = fields
+                .split(',')
+                .filter(|f| !f.trim().is_empty())
+                .map(|f| {
+                    let (k, v) = f
+                        .split_once(':')
+                        .unwrap_or_else(|| panic!("bad counter {f:?} in {line:?}"));
+                    let v = v
+                        .trim()
+                        .parse()
+                        .unwrap_or_else(|e| panic!("bad counter {f:?} in {line:?}: {e}"));
+                    (k.trim().to_owned(), v)
+                })
+                .collect();
+            Counters { peer, values }
+        })
+        .collect()
+}
+
+/// Checks that `program` runs (`program version_args...`) and returns the first line of
+/// what it printed; panics naming `scripts/install-test-tools.sh` if it is missing.
+pub fn require_tool(program: &str, version_args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(version_args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{program}` ({e}): {INSTALL_HINT}"));
+    assert!(
+        out.status.success(),
+        "`{program} {}` failed ({}): {INSTALL_HINT}\n{}",
+        version_args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = if out.stdout.is_empty() {
+        &out.stderr
+    } else {
+        &out.stdout
+    };
+    String::from_utf8_lossy(text)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+/// Runs `cmd` to completion (stdin closed, stdout and stderr captured), killing it after
+/// `limit`; panics if it cannot be started or times out.
+pub async fn run_tool(what: &str, cmd: &mut Command, limit: Duration) -> std::process::Output {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what} ({e}): {INSTALL_HINT}"));
+    tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {limit:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// How many times each byte value occurs in the first `len` pattern bytes.
+pub fn pattern_histogram(len: u64) -> [u64; 256] {
+    let mut h = [0u64; 256];
+    for (v, count) in h.iter_mut().enumerate().take(251) {
+        *count = len / 251 + u64::from((v as u64) < len % 251);
+    }
+    h
+}
+
+/// A parsed JSON value (enough for tool output: HAR files, the python client's summary).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Json {
+    Null,
+    Bool(bool),
+    /// The number's text, as written.
+    Num(String),
+    Str(String),
+    Arr(Vec<Json>),
+    Obj(Vec<(String, Json)>),
+}
+
+static JSON_NULL: Json = Json::Null;
+
+impl Json {
+    /// Parses a whole JSON document.
+    pub fn parse(text: &str) -> Result<Json, String> {
+        let mut p = JsonParser {
+            s: text.as_bytes(),
+            i: 0,
+        };
+        let v = p.value()?;
+        p.ws();
+        if p.i != p.s.len() {
+            return Err(format!("trailing characters at {}", p.i));
+        }
+        Ok(v)
+    }
+
+    /// Member `key` of an object (`Null` if absent or not an object).
+    pub fn get(&self, key: &str) -> &Json {
+        match self {
+            Json::Obj(members) => members
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v)
+                .unwrap_or(&JSON_NULL),
+            _ => &JSON_NULL,
+        }
+    }
+
+    /// The elements of an array (empty if not an array).
+    pub fn items(&self) -> &[Json] {
+        match self {
+            Json::Arr(items) => items,
+            _ => &[],
+        }
+    }
+
+    /// The members of an object (empty if not an object).
+    pub fn members(&self) -> &[(String, Json)] {
+        match self {
+            Json::Obj(members) => members,
+            _ => &[],
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Json::Num(n) => n.parse().ok(),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Json::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+}
+
+struct JsonParser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl JsonParser<'_> {
+    fn ws(&mut self) {
+        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, lit: &str) -> Result<(), String> {
+        if self.s[self.i..].starts_with(lit.as_bytes()) {
+            self.i += lit.len();
+            Ok(())
+        } else {
+            Err(format!("expected {lit:?} at {}", self.i))
+        }
+    }
+
+    fn value(&mut self) -> Result<Json, String> {
+        self.ws();
+        match self.s.get(self.i) {
+            None => Err("unexpected end of JSON".into()),
+            Some(b'n') => self.eat("null").map(|_| Json::Null),
+            Some(b't') => self.eat("true").map(|_| Json::Bool(true)),
+            Some(b'f') => self.eat("false").map(|_| Json::Bool(false)),
+            Some(b'"') => self.string().map(Json::Str),
+            Some(b'[') => {
+                self.i += 1;
+                let mut items = Vec::new();
+                self.ws();
+                if self.s.get(self.i) == Some(&b']') {
+                    self.i += 1;
+                    return Ok(Json::Arr(items));
+                }
+                loop {
+                    items.push(self.value()?);
+                    self.ws();
+                    match self.s.get(self.i) {
+                        Some(b',') => self.i += 1,
+                        Some(b']') => {
+                            self.i += 1;
+                            return Ok(Json::Arr(items));
+                        }
+                        _ => return Err(format!("expected , or ] at {}", self.i)),
+                    }
+                }
+            }
+            Some(b'{') => {
+                self.i += 1;
+                let mut members = Vec::new();
+                self.ws();
+                if self.s.get(self.i) == Some(&b'}') {
+                    self.i += 1;
+                    return Ok(Json::Obj(members));
+                }
+                loop {
+                    self.ws();
+                    let key = self.string()?;
+                    self.ws();
+                    self.eat(":")?;
+                    members.push((key, self.value()?));
+                    self.ws();
+                    match self.s.get(self.i) {
+                        Some(b',') => self.i += 1,
+                        Some(b'}') => {
+                            self.i += 1;
+                            return Ok(Json::Obj(members));
+                        }
+                        _ => return Err(format!("expected , or }} at {}", self.i)),
+                    }
+                }
+            }
+            Some(c) if *c == b'-' || c.is_ascii_digit() => {
+                let start = self.i;
+                while self.i < self.s.len()
+                    && matches!(
+                        self.s[self.i],
+                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                    )
+                {
+                    self.i += 1;
+                }
+                let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
+                text.parse::<f64>()
+                    .map_err(|e| format!("bad number {text:?}: {e}"))?;
+                Ok(Json::Num(text.to_owned()))
+            }
+            Some(c) => Err(format!("unexpected {:?} at {}", *c as char, self.i)),
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, String> {
+        let digits = self
+            .s
+            .get(self.i..self.i + 4)
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .ok_or_else(|| format!("short \\u escape at {}", self.i))?;
+        self.i += 4;
+        u32::from_str_radix(digits, 16).map_err(|e| format!("bad \\u escape {digits:?}: {e}"))
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        self.eat("\"")?;
+        let mut out = Vec::new();
+        loop {
+            let c = *self.s.get(self.i).ok_or("unterminated string")?;
+            self.i += 1;
+            match c {
+                b'"' => return String::from_utf8(out).map_err(|e| e.to_string()),
+                b'\\' => {
+                    let e = *self.s.get(self.i).ok_or("unterminated escape")?;
+                    self.i += 1;
+                    let ch = match e {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            let code = if (0xD800..0xDC00).contains(&hi)
+                                && self.s[self.i..].starts_with(b"\\u")
+                            {
+                                self.i += 2;
+                                let lo = self.hex4()?;
+                                0x10000 + ((hi - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF)
+                            } else {
+                                hi
+                            };
+                            char::from_u32(code).unwrap_or('\u{FFFD}')
+                        }
+                        _ => return Err(format!("bad escape \\{} at {}", e as char, self.i)),
+                    };
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                }
+                _ => out.push(c),
+            }
+        }
+    }
 }
