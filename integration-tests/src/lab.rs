@@ -6,6 +6,10 @@
 //! ```text
 //! cargo run --release -p integration-tests --bin lab -- --repeats 30 --json lab.json --svg lab.svg
 //! ```
+//!
+//! Real peer servers ([`crate::peers`]: `nginx`, `nginx-4k`, `nghttpd`, `h2o`, `apache`) run
+//! beside ours when named in `--cases` (`scripts/install-peers.sh` installs them); a peer that
+//! is not installed is skipped with one line on stderr ([`LabConfig::skip_missing_peers`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,6 +24,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::link::LinkConfig;
+use crate::peers::NotInstalled;
 use crate::workload::{run_once, Case, RunResult, Urgencies, Workload};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -62,14 +67,24 @@ fn parse_link(s: &str) -> Result<LinkMode, String> {
              responses on one HTTP/2 connection, for each server case, behind an emulated link",
     after_help = "The table goes to stdout, the progress bar to stderr. Times are from the moment \
                   the critical request left the client (fixture completion: from connection \
-                  start)."
+                  start).\n\n\
+                  Peers: the real servers nginx, nginx-4k (ssl_buffer_size 4k), nghttpd \
+                  (--no-rfc7540-pri: RFC 9218 scheduling), h2o and apache (event MPM, \
+                  mod_http2) run only when named in --cases, e.g. \
+                  --cases stock,scheduled,nginx,nginx-4k,nghttpd,h2o,apache; \
+                  scripts/install-peers.sh installs them (Debian packages). Each run starts a \
+                  fresh one from a configuration written to a temporary directory. A peer \
+                  that is not installed is skipped with one line on stderr; the default \
+                  cases are ours only, so the default run needs no peer."
 )]
 pub struct LabArgs {
     /// Runs of every (case, workload, urgencies) cell.
     #[arg(long, default_value_t = 10)]
     pub repeats: usize,
-    /// Cases, comma-separated: stock, stock-4k, early-flush, dynamic, scheduled, or
-    /// NAME@HOST:PORT for an external server serving the same fixture.
+    /// Cases, comma-separated: stock, stock-4k, early-flush, dynamic, scheduled; the peers
+    /// nginx, nginx-4k, nghttpd, h2o, apache (skipped when not installed; see below); or
+    /// NAME@HOST:PORT for an external server serving the same fixture. The default is ours
+    /// only.
     #[arg(
         long,
         value_delimiter = ',',
@@ -122,6 +137,9 @@ pub struct LabConfig {
     pub link: LinkConfig,
     /// Seed of the order within each repeat.
     pub seed: u64,
+    /// Peer cases asked for but left out because they are not installed (by
+    /// [`skip_missing_peers`](Self::skip_missing_peers)).
+    pub skipped: Vec<NotInstalled>,
 }
 
 impl LabConfig {
@@ -168,6 +186,7 @@ impl LabConfig {
             seed: args
                 .seed
                 .unwrap_or_else(|| u64::from(rand::random::<u32>())),
+            skipped: Vec::new(),
         };
         if config.cells().is_empty() {
             return Err(
@@ -175,6 +194,21 @@ impl LabConfig {
             );
         }
         Ok(config)
+    }
+
+    /// Leaves out the peer cases whose server is not installed here, remembers them in
+    /// [`skipped`](Self::skipped) and returns them (the lab prints one line for each, and
+    /// stops when no case is left).
+    pub fn skip_missing_peers(&mut self) -> &[NotInstalled] {
+        let mut kept = Vec::new();
+        for case in std::mem::take(&mut self.cases) {
+            match case.peer().map(|kind| kind.binary()) {
+                Some(Err(missing)) => self.skipped.push(missing),
+                _ => kept.push(case),
+            }
+        }
+        self.cases = kept;
+        &self.skipped
     }
 
     /// Every (case, workload, urgencies) cell, in table order.
@@ -218,6 +252,10 @@ impl LabConfig {
             "repeats": self.repeats,
             "seed": self.seed,
             "cases": self.cases.iter().map(Case::name).collect::<Vec<_>>(),
+            "skipped": self.skipped.iter().map(|m| serde_json::json!({
+                "case": m.kind.name(),
+                "reason": m.to_string(),
+            })).collect::<Vec<_>>(),
             "workloads": self.workloads,
             "urgencies": self.urgencies,
             "link": {
@@ -509,6 +547,19 @@ pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
         config.seed,
         results.len()
     );
+    if !config.skipped.is_empty() {
+        let _ = writeln!(
+            out,
+            "Skipped, not installed ({}): {}.\n",
+            crate::peers::INSTALL_HINT,
+            config
+                .skipped
+                .iter()
+                .map(|m| m.kind.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let rows: Vec<Vec<String>> = summarize(config, results)
         .iter()
         .map(|r| {
@@ -591,8 +642,8 @@ pub fn to_json(config: &LabConfig, results: &[RunResult]) -> serde_json::Value {
     })
 }
 
-/// Bar colours, one per case in order.
-const COLORS: [(u8, u8, u8); 8] = [
+/// Bar colours, one per case in order (enough for our five cases and the five peers).
+const COLORS: [(u8, u8, u8); 12] = [
     (120, 120, 120),
     (190, 170, 140),
     (66, 133, 244),
@@ -601,6 +652,10 @@ const COLORS: [(u8, u8, u8); 8] = [
     (171, 71, 188),
     (219, 68, 55),
     (0, 172, 193),
+    (124, 179, 66),
+    (121, 85, 72),
+    (236, 64, 122),
+    (40, 53, 147),
 ];
 
 /// Draws the median `critical_complete_ms` of every cell as grouped bars (one group per
@@ -724,7 +779,13 @@ pub fn write_svg(path: &Path, config: &LabConfig, results: &[RunResult]) -> Resu
 /// The `lab` binary: runs the configuration the flags ask for, prints the report to stdout
 /// (a progress bar on stderr) and writes the JSON and SVG files asked for.
 pub async fn main(args: LabArgs) -> Result<(), BoxError> {
-    let config = LabConfig::from_args(&args)?;
+    let mut config = LabConfig::from_args(&args)?;
+    for missing in config.skip_missing_peers() {
+        eprintln!("lab: skipping case `{}`: {missing}", missing.kind.name());
+    }
+    if config.cases.is_empty() {
+        return Err("nothing to run: no case asked for is installed".into());
+    }
     let plan_len = config.cells().len() * config.repeats;
     eprintln!(
         "lab: {plan_len} runs ({} cells x {} repeats), seed {}, link: {}",
@@ -849,6 +910,48 @@ mod tests {
         assert!(err.contains("unknown case `fast`"), "{err}");
         assert!(LabConfig::from_args(&args(&["--repeats", "0"])).is_err());
         assert!(LabConfig::from_args(&args(&["--rate-mbit", "0"])).is_err());
+    }
+
+    #[test]
+    fn peers_are_cases_and_missing_ones_are_skipped() {
+        use crate::peers::PeerKind;
+        let a = args(&[
+            "--cases",
+            "stock,nginx,nginx-4k,nghttpd,h2o,apache",
+            "--seed",
+            "3",
+        ]);
+        let mut config = LabConfig::from_args(&a).unwrap();
+        assert_eq!(config.cases[1..], Case::PEERS);
+        let asked = config.cases.len();
+        let skipped: Vec<PeerKind> = config.skip_missing_peers().iter().map(|m| m.kind).collect();
+        assert_eq!(config.cases.len() + skipped.len(), asked);
+        assert!(skipped.iter().all(|k| !k.is_installed()));
+        assert!(config
+            .cases
+            .iter()
+            .filter_map(Case::peer)
+            .all(PeerKind::is_installed));
+        assert_eq!(config.cases[0], Case::Stock, "ours are never skipped");
+        // What a skipped peer looks like in the report and the JSON.
+        config.skipped = vec![NotInstalled {
+            kind: PeerKind::H2o,
+            detail: "no `h2o` in PATH".into(),
+        }];
+        let report = render_report(&config, &[]);
+        assert!(
+            report.contains("Skipped, not installed (run scripts/install-peers.sh): h2o."),
+            "{report}"
+        );
+        let json = config.to_json();
+        assert_eq!(json["skipped"][0]["case"], "h2o");
+        assert!(json["skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("h2o not installed: run scripts/install-peers.sh"));
+        // The default run is ours only: it needs no peer.
+        let default = LabConfig::from_args(&args(&[])).unwrap();
+        assert!(default.cases.iter().all(|c| c.peer().is_none()));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod client;
 pub mod lab;
 pub mod link;
+pub mod peers;
 pub mod server;
 pub mod tap;
 pub mod workload;

@@ -32,6 +32,7 @@ use tls_flush::Policy;
 
 use crate::client::{pattern_sha256, ClientOptions, PendingResponse, Response, TapClient, Trust};
 use crate::link::{LinkConfig, RelayLink};
+use crate::peers::{PeerKind, PeerServer};
 use crate::server::{ServerSetup, TestServer};
 use crate::tap::{FrameEvent, TapLog};
 
@@ -117,10 +118,13 @@ impl Urgencies {
 /// The server under test.
 ///
 /// The five built-in cases start the demo app (`examples::axum_app::router()`) in-process,
-/// a fresh server per run. [`Case::External`] is a server someone else started (nginx,
-/// h2o, ...): it must serve the same fixture (`/critical` 4096 bytes and `/bg/{name}`
-/// 1 MiB, byte `i` being `(i % 251) as u8`) over TLS with ALPN h2; its certificate is not
-/// verified. An external server that sends TLS session tickets adds them to `tls_records`.
+/// a fresh server per run. [`Case::Peer`] starts a real server from Debian (nginx, nghttpd,
+/// h2o, Apache: see [`crate::peers`]) as a child process, also a fresh one per run, serving
+/// the same fixture as static files with its own certificate, which the client verifies.
+/// [`Case::External`] is a server someone else started: it must serve the same fixture
+/// (`/critical` 4096 bytes and `/bg/{name}` 1 MiB, byte `i` being `(i % 251) as u8`) over
+/// TLS with ALPN h2; its certificate is not verified. An external server that sends TLS
+/// session tickets adds them to `tls_records` (the peers are configured to send none).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Case {
     /// Stock hyper + tokio-rustls.
@@ -133,6 +137,8 @@ pub enum Case {
     Dynamic,
     /// `tls-flush` with [`Policy::Scheduled`].
     Scheduled,
+    /// A real peer server, started for each run (skipped by the lab when not installed).
+    Peer(PeerKind),
     /// A server already listening at `addr`, measured behind the same link.
     External {
         /// The name in tables and JSON.
@@ -152,6 +158,24 @@ impl Case {
         Case::Scheduled,
     ];
 
+    /// The peer servers, in the order of the issue (`nginx`, `nginx-4k`, `nghttpd`, `h2o`,
+    /// `apache`).
+    pub const PEERS: [Case; 5] = [
+        Case::Peer(PeerKind::Nginx),
+        Case::Peer(PeerKind::Nginx4k),
+        Case::Peer(PeerKind::Nghttpd),
+        Case::Peer(PeerKind::H2o),
+        Case::Peer(PeerKind::Apache),
+    ];
+
+    /// The peer this case runs, if it is one.
+    pub fn peer(&self) -> Option<PeerKind> {
+        match self {
+            Case::Peer(kind) => Some(*kind),
+            _ => None,
+        }
+    }
+
     /// The name on command lines, in tables and in JSON.
     pub fn name(&self) -> &str {
         match self {
@@ -160,11 +184,12 @@ impl Case {
             Case::EarlyFlush => Policy::EarlyFlush.name(),
             Case::Dynamic => Policy::Dynamic.name(),
             Case::Scheduled => Policy::Scheduled.name(),
+            Case::Peer(kind) => kind.name(),
             Case::External { name, .. } => name,
         }
     }
 
-    /// How the in-process server is set up; `None` for an external server.
+    /// How the in-process server is set up; `None` for a peer or an external server.
     pub fn setup(&self) -> Option<ServerSetup> {
         let (policy, record_size) = match self {
             Case::Stock => (None, None),
@@ -172,7 +197,7 @@ impl Case {
             Case::EarlyFlush => (Some(Policy::EarlyFlush), None),
             Case::Dynamic => (Some(Policy::Dynamic), None),
             Case::Scheduled => (Some(Policy::Scheduled), None),
-            Case::External { .. } => return None,
+            Case::Peer(_) | Case::External { .. } => return None,
         };
         Some(ServerSetup {
             policy,
@@ -228,11 +253,13 @@ impl std::error::Error for UnknownName {}
 impl FromStr for Case {
     type Err = UnknownName;
 
-    /// A built-in name, or `NAME@HOST:PORT` for an external server.
+    /// A built-in name, a peer's name, or `NAME@HOST:PORT` for an external server.
     ///
     /// ```
+    /// use integration_tests::peers::PeerKind;
     /// use integration_tests::workload::Case;
     /// assert_eq!("stock-4k".parse::<Case>().unwrap(), Case::Stock4k);
+    /// assert_eq!("nginx-4k".parse::<Case>().unwrap(), Case::Peer(PeerKind::Nginx4k));
     /// let nginx: Case = "nginx@127.0.0.1:8443".parse().unwrap();
     /// assert_eq!(nginx.name(), "nginx");
     /// assert!("fast".parse::<Case>().is_err());
@@ -242,11 +269,15 @@ impl FromStr for Case {
         if let Some(case) = Case::BUILTIN.iter().find(|c| c.name() == s) {
             return Ok(case.clone());
         }
+        if let Some(kind) = PeerKind::from_name(s) {
+            return Ok(Case::Peer(kind));
+        }
         let unknown = || UnknownName {
             what: "case",
             name: s.to_string(),
             known: Case::BUILTIN
                 .iter()
+                .chain(&Case::PEERS)
                 .map(|c| c.name().to_string())
                 .chain(["NAME@HOST:PORT".to_string()])
                 .collect(),
@@ -351,18 +382,28 @@ pub async fn run_on(
     link: Option<&LinkConfig>,
 ) -> Result<RunResult, BoxError> {
     let label = format!("{case}/{workload}/{urgencies}");
-    let server = match case.setup() {
-        Some(setup) => Some(
+    let server = match (case.setup(), case) {
+        (Some(setup), _) => Server::InProcess(
             TestServer::demo(setup)
                 .await
                 .map_err(|e| format!("{label}: starting the server: {e}"))?,
         ),
-        None => None,
-    };
-    let (upstream, trust) = match (&server, case) {
-        (Some(server), _) => (server.addr, Trust::Certificate(server.certificate.clone())),
-        (None, Case::External { addr, .. }) => (*addr, Trust::AnyCertificate),
+        (None, Case::Peer(kind)) => {
+            let kind = *kind;
+            // Starting waits for the child's port (blocking): off the runtime's threads.
+            let peer = tokio::task::spawn_blocking(move || PeerServer::start(kind))
+                .await
+                .map_err(|e| format!("{label}: starting the server: {e}"))?
+                .map_err(|e| format!("{label}: starting the server: {e}"))?;
+            Server::Peer(peer)
+        }
+        (None, Case::External { addr, .. }) => Server::External(*addr),
         (None, _) => unreachable!("built-in cases start a server"),
+    };
+    let (upstream, trust) = match &server {
+        Server::InProcess(server) => (server.addr, Trust::Certificate(server.certificate.clone())),
+        Server::Peer(peer) => (peer.addr(), Trust::Certificate(peer.certificate().clone())),
+        Server::External(addr) => (*addr, Trust::AnyCertificate),
     };
     let relay = match link {
         Some(config) => Some(
@@ -384,7 +425,14 @@ pub async fn run_on(
     // The client is gone (its connection closes); stop the link and the server, and let the
     // close travel before the next run starts.
     drop(relay);
-    drop(server);
+    if let Server::Peer(peer) = server {
+        // Stopping waits for the process to exit (blocking): off the runtime's threads.
+        tokio::task::spawn_blocking(move || drop(peer))
+            .await
+            .map_err(|e| format!("{label}: stopping the server: {e}"))?;
+    } else {
+        drop(server);
+    }
     if let Some(config) = link {
         tokio::time::sleep(config.rtt).await;
     }
@@ -395,6 +443,13 @@ pub async fn run_on(
         repeat: 0,
         ..measured
     })
+}
+
+/// The server of one run; an in-process one and a peer are stopped when dropped.
+enum Server {
+    InProcess(TestServer),
+    Peer(PeerServer),
+    External(SocketAddr),
 }
 
 /// Runs the client side of a run on its own thread with a single-threaded runtime, like a
@@ -582,9 +637,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for case in Case::BUILTIN {
+        for case in Case::BUILTIN.into_iter().chain(Case::PEERS) {
             assert_eq!(case.name().parse::<Case>().unwrap(), case);
         }
+        assert!(Case::PEERS
+            .iter()
+            .all(|c| c.setup().is_none() && c.peer().is_some()));
+        let err = "nginx-8k".parse::<Case>().unwrap_err().to_string();
+        assert!(err.contains("nginx-4k, nghttpd, h2o, apache"), "{err}");
         for w in Workload::ALL {
             assert_eq!(w.name().parse::<Workload>().unwrap(), w);
         }
