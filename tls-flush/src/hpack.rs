@@ -1,15 +1,31 @@
 //! A passive HPACK decoder that mirrors one direction's encoder, so the observers can
 //! read `priority` fields. A failure turns it off for good: the traffic is untouched and
 //! streams fall back to default priorities (DESIGN: an observer never breaks a connection).
+//!
+//! The decoder is our own (RFC 7541): [`huffman`] decodes the canonical Huffman code with a
+//! byte lookup and per-length tables, [`table`] holds the static and dynamic tables, and
+//! [`decoder`] reads header blocks. It never panics on any input, and its memory is bounded
+//! by the dynamic table's size limit (64 KiB) plus scratch buffers for one block.
+
+mod decoder;
+mod huffman;
+mod table;
+
+#[cfg(test)]
+mod props;
+#[cfg(test)]
+mod tests;
 
 use crate::stats::ConnectionStats;
 
+/// Initial dynamic table size (RFC 7540 §6.5.2, SETTINGS_HEADER_TABLE_SIZE default).
+const INITIAL_TABLE_SIZE: usize = 4096;
 /// Largest dynamic table we agree to mirror; bigger size updates disable the observer
 /// rather than let a peer grow our memory.
 const MAX_TABLE_SIZE: usize = 64 * 1024;
 
 pub(crate) struct PassiveDecoder {
-    decoder: Option<loona_hpack::Decoder<'static>>,
+    decoder: Option<decoder::Decoder>,
     direction: &'static str,
     stats: ConnectionStats,
 }
@@ -25,10 +41,13 @@ impl std::fmt::Debug for PassiveDecoder {
 
 impl PassiveDecoder {
     pub(crate) fn new(direction: &'static str, stats: ConnectionStats) -> Self {
-        let mut decoder = loona_hpack::Decoder::new();
-        decoder.set_max_allowed_table_size(MAX_TABLE_SIZE);
+        Self::with_table_size(direction, stats, INITIAL_TABLE_SIZE)
+    }
+
+    /// A decoder whose dynamic table starts at `size` octets (RFC 7541 C.5 and C.6 use 256).
+    fn with_table_size(direction: &'static str, stats: ConnectionStats, size: usize) -> Self {
         PassiveDecoder {
-            decoder: Some(decoder),
+            decoder: Some(decoder::Decoder::new(size, MAX_TABLE_SIZE)),
             direction,
             stats,
         }
@@ -41,17 +60,31 @@ impl PassiveDecoder {
     /// Decodes one complete header block and returns the values of its `priority`
     /// fields, in order. `None` once the decoder has failed (now or earlier).
     pub(crate) fn priority_fields(&mut self, block: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let decoder = self.decoder.as_mut()?;
         let mut values = Vec::new();
-        let result = decoder.decode_with_cb(block, |name, value| {
-            if name.as_ref() == b"priority" {
-                values.push(value.into_owned());
+        self.decode(block, |name, value| {
+            if name == b"priority" {
+                values.push(value.to_vec());
             }
-        });
+        })?;
+        Some(values)
+    }
+
+    /// Every field line of one complete header block, as `(name, value)`.
+    #[cfg(test)]
+    pub(crate) fn fields(&mut self, block: &[u8]) -> Option<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut fields = Vec::new();
+        self.decode(block, |name, value| {
+            fields.push((name.to_vec(), value.to_vec()));
+        })?;
+        Some(fields)
+    }
+
+    fn decode(&mut self, block: &[u8], field: impl FnMut(&[u8], &[u8])) -> Option<()> {
+        let result = self.decoder.as_mut()?.decode(block, field);
         match result {
-            Ok(()) => Some(values),
+            Ok(()) => Some(()),
             Err(err) => {
-                self.give_up(&format!("{err:?}"));
+                self.give_up(&err.to_string());
                 None
             }
         }
@@ -80,46 +113,4 @@ pub(crate) fn join_field_lines(values: &[Vec<u8>]) -> Vec<u8> {
         out.extend_from_slice(v);
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decodes_rfc7541_c3_requests_in_sequence() {
-        // RFC 7541 C.3: three requests without Huffman coding, sharing the dynamic table.
-        let blocks = [
-            "828684410f7777772e6578616d706c652e636f6d",
-            "828684be58086e6f2d6361636865",
-            "828785bf400a637573746f6d2d6b65790c637573746f6d2d76616c7565",
-        ];
-        let mut d = PassiveDecoder::new("test", ConnectionStats::default());
-        for b in blocks {
-            let bytes: Vec<u8> = (0..b.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(&b[i..i + 2], 16).unwrap())
-                .collect();
-            assert_eq!(d.priority_fields(&bytes), Some(vec![]));
-        }
-    }
-
-    #[test]
-    fn failure_disables_and_counts() {
-        let stats = ConnectionStats::default();
-        let mut d = PassiveDecoder::new("test", stats.clone());
-        // Indexed field 0x7f+ far beyond both tables.
-        assert_eq!(d.priority_fields(&[0xff, 0xff, 0x7f]), None);
-        assert!(!d.is_enabled());
-        assert_eq!(d.priority_fields(&[0x82]), None);
-        assert_eq!(stats.snapshot().hpack_failures, 1);
-    }
-
-    #[test]
-    fn joins_lines() {
-        assert_eq!(
-            join_field_lines(&[b"u=1".to_vec(), b"i".to_vec()]),
-            b"u=1, i"
-        );
-    }
 }
