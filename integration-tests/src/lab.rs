@@ -10,6 +10,10 @@
 //! Real peer servers ([`crate::peers`]: `nginx`, `nginx-4k`, `nghttpd`, `h2o`, `apache`) run
 //! beside ours when named in `--cases` (`scripts/install-peers.sh` installs them); a peer that
 //! is not installed is skipped with one line on stderr ([`LabConfig::skip_missing_peers`]).
+//!
+//! `--link tun` (root only) runs every case through the kernel-faithful link of
+//! [`crate::tun`] instead of the loopback relay: the server in one network namespace, the
+//! client in another, kernel TCP with `--cc cubic|bbr` end to end.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,7 +29,8 @@ use serde::Serialize;
 
 use crate::link::LinkConfig;
 use crate::peers::NotInstalled;
-use crate::workload::{run_once, Case, RunResult, Urgencies, Workload};
+use crate::tun::{self, CongestionControl, TunConfig};
+use crate::workload::{run_once, run_tun, Case, RunResult, Urgencies, Workload};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -38,6 +43,9 @@ pub const BASELINE: &str = "stock";
 pub enum LinkMode {
     /// The embedded loopback relay ([`crate::link::RelayLink`]).
     Relay,
+    /// The kernel-faithful link between two network namespaces ([`crate::tun::TunLink`],
+    /// root only).
+    Tun,
 }
 
 impl LinkMode {
@@ -45,6 +53,7 @@ impl LinkMode {
     pub fn name(self) -> &'static str {
         match self {
             LinkMode::Relay => "relay",
+            LinkMode::Tun => "tun",
         }
     }
 }
@@ -52,9 +61,10 @@ impl LinkMode {
 fn parse_link(s: &str) -> Result<LinkMode, String> {
     match s {
         "relay" => Ok(LinkMode::Relay),
+        "tun" => Ok(LinkMode::Tun),
         other => Err(format!(
-            "`{other}` is not available: the only link for now is `relay` (the embedded \
-             loopback relay); a kernel-faithful link comes in its own issue"
+            "unknown link `{other}` (known: relay, the embedded loopback relay; tun, the \
+             kernel-faithful link between two network namespaces, root only)"
         )),
     }
 }
@@ -97,18 +107,29 @@ pub struct LabArgs {
     /// Urgencies, comma-separated: equal (all u=3), explicit (critical u=0, background u=5, i).
     #[arg(long, value_delimiter = ',', default_value = "equal,explicit")]
     pub urgencies: Vec<Urgencies>,
-    /// The link: `relay` (the embedded loopback relay; the only one for now).
+    /// The link: `relay` (the embedded loopback relay, rootless) or `tun` (root only: the
+    /// server and the client in two network namespaces joined by a TUN-based packet
+    /// emulator, kernel TCP end to end).
     #[arg(long, default_value = "relay", value_parser = parse_link)]
     pub link: LinkMode,
+    /// TCP congestion control of both namespaces of `--link tun`: cubic or bbr [default:
+    /// cubic].
+    #[arg(long)]
+    pub cc: Option<CongestionControl>,
     /// Round-trip time of the link in milliseconds [default: the link's, 20].
     #[arg(long)]
     pub rtt_ms: Option<f64>,
     /// Rate of the link in Mbit/s, each direction [default: the link's, 20].
     #[arg(long)]
     pub rate_mbit: Option<f64>,
-    /// Queue of the link in bytes, each direction [default: one bandwidth-delay product].
+    /// Queue of the relay link in bytes, each direction [default: one bandwidth-delay
+    /// product].
     #[arg(long)]
     pub queue_bytes: Option<usize>,
+    /// Queue of the tun link in packets, each direction; tail drop when full [default: 1000,
+    /// like netem's limit].
+    #[arg(long)]
+    pub queue_packets: Option<usize>,
     /// Seed of the random order within each repeat [default: a random one, printed].
     #[arg(long)]
     pub seed: Option<u64>,
@@ -133,8 +154,10 @@ pub struct LabConfig {
     pub urgencies: Vec<Urgencies>,
     /// Link mode.
     pub link_mode: LinkMode,
-    /// Link parameters.
+    /// Link parameters (of the relay; the tun link takes its RTT and rate).
     pub link: LinkConfig,
+    /// The tun link's parameters (used with [`LinkMode::Tun`]).
+    pub tun: TunConfig,
     /// Seed of the order within each repeat.
     pub seed: u64,
     /// Peer cases asked for but left out because they are not installed (by
@@ -167,6 +190,41 @@ impl LabConfig {
             }
             link.queue_bytes = Some(queue);
         }
+        let mut tun = TunConfig::from_link(&link);
+        match args.link {
+            LinkMode::Relay => {
+                if args.cc.is_some() {
+                    return Err(
+                        "--cc applies to --link tun only: the relay link's TCP runs \
+                                over loopback, where congestion control does not act"
+                            .into(),
+                    );
+                }
+                if args.queue_packets.is_some() {
+                    return Err(
+                        "--queue-packets applies to --link tun only (the relay's queue is \
+                         --queue-bytes)"
+                            .into(),
+                    );
+                }
+            }
+            LinkMode::Tun => {
+                if args.queue_bytes.is_some() {
+                    return Err(
+                        "--queue-bytes applies to --link relay only (the tun link's queue \
+                         counts packets: --queue-packets)"
+                            .into(),
+                    );
+                }
+                if let Some(packets) = args.queue_packets {
+                    if packets == 0 {
+                        return Err("--queue-packets must be at least 1".into());
+                    }
+                    tun.queue_packets = packets;
+                }
+                tun.cc = args.cc.unwrap_or_default();
+            }
+        }
         let cases = dedup(&args.cases, Case::clone);
         if let Some(dup) = cases.iter().enumerate().find_map(|(i, c)| {
             cases[..i]
@@ -183,6 +241,7 @@ impl LabConfig {
             urgencies: dedup(&args.urgencies, |u| *u),
             link_mode: args.link,
             link,
+            tun,
             seed: args
                 .seed
                 .unwrap_or_else(|| u64::from(rand::random::<u32>())),
@@ -246,6 +305,14 @@ impl LabConfig {
         plan
     }
 
+    /// The link's one-line description (the first line of the report).
+    pub fn describe_link(&self) -> String {
+        match self.link_mode {
+            LinkMode::Relay => self.link.describe(),
+            LinkMode::Tun => self.tun.describe(),
+        }
+    }
+
     /// The configuration as JSON (the `config` key of the lab's JSON output).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -258,13 +325,25 @@ impl LabConfig {
             })).collect::<Vec<_>>(),
             "workloads": self.workloads,
             "urgencies": self.urgencies,
-            "link": {
-                "mode": self.link_mode,
-                "rtt_ms": self.link.rtt.as_secs_f64() * 1e3,
-                "one_way_delay_ms": self.link.one_way_delay().as_secs_f64() * 1e3,
-                "rate_mbit": self.link.rate_mbit,
-                "queue_bytes": self.link.queue_limit(),
-                "description": self.link.describe(),
+            "link": match self.link_mode {
+                LinkMode::Relay => serde_json::json!({
+                    "mode": self.link_mode,
+                    "rtt_ms": self.link.rtt.as_secs_f64() * 1e3,
+                    "one_way_delay_ms": self.link.one_way_delay().as_secs_f64() * 1e3,
+                    "rate_mbit": self.link.rate_mbit,
+                    "queue_bytes": self.link.queue_limit(),
+                    "description": self.link.describe(),
+                }),
+                LinkMode::Tun => serde_json::json!({
+                    "mode": self.link_mode,
+                    "rtt_ms": self.tun.rtt.as_secs_f64() * 1e3,
+                    "one_way_delay_ms": self.tun.one_way_delay().as_secs_f64() * 1e3,
+                    "rate_mbit": self.tun.rate_mbit,
+                    "queue_packets": self.tun.queue_packets,
+                    "mtu": self.tun.mtu,
+                    "cc": self.tun.cc,
+                    "description": self.tun.describe(),
+                }),
             },
             "fixture": {
                 "background": ["/bg/1", "/bg/2"],
@@ -318,9 +397,11 @@ pub async fn run_lab(
             p.workload,
             p.urgencies
         ));
-        let mut result = run_once(&p.case, p.workload, p.urgencies, &config.link)
-            .await
-            .map_err(|e| format!("repeat {}: {e}", p.repeat + 1))?;
+        let run = match config.link_mode {
+            LinkMode::Relay => run_once(&p.case, p.workload, p.urgencies, &config.link).await,
+            LinkMode::Tun => run_tun(&p.case, p.workload, p.urgencies, &config.tun).await,
+        };
+        let mut result = run.map_err(|e| format!("repeat {}: {e}", p.repeat + 1))?;
         result.repeat = p.repeat;
         results.push(result);
         progress.inc(1);
@@ -537,7 +618,7 @@ fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> Stri
 /// The lab's report: the link, the main table and the paired differences.
 pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", config.link.describe());
+    let _ = writeln!(out, "{}", config.describe_link());
     let _ = writeln!(
         out,
         "{} repeats, seed {}, order randomized within each repeat; {} runs. \
@@ -713,7 +794,7 @@ pub fn write_svg(path: &Path, config: &LabConfig, results: &[RunResult]) -> Resu
         .build_cartesian_2d(0f64..groups.len().max(1) as f64, 0f64..top)?;
     let x_desc = format!(
         "workload / urgencies   ({}; {} repeats, seed {})",
-        config.link.describe(),
+        config.describe_link(),
         config.repeats,
         config.seed
     );
@@ -780,6 +861,27 @@ pub fn write_svg(path: &Path, config: &LabConfig, results: &[RunResult]) -> Resu
 /// (a progress bar on stderr) and writes the JSON and SVG files asked for.
 pub async fn main(args: LabArgs) -> Result<(), BoxError> {
     let mut config = LabConfig::from_args(&args)?;
+    if config.link_mode == LinkMode::Tun {
+        if !tun::is_root() {
+            return Err(format!(
+                "--link tun cannot run: {}, and the lab is not running as root; run it as root \
+                 (e.g. with sudo), or use --link relay (rootless)",
+                tun::NEEDS_ROOT
+            )
+            .into());
+        }
+        if let Some(external) = config
+            .cases
+            .iter()
+            .find(|c| matches!(c, Case::External { .. }))
+        {
+            return Err(format!(
+                "--link tun cannot measure `{external}`: an external server is outside the \
+                 link's network namespaces (use --link relay)"
+            )
+            .into());
+        }
+    }
     for missing in config.skip_missing_peers() {
         eprintln!("lab: skipping case `{}`: {missing}", missing.kind.name());
     }
@@ -792,7 +894,7 @@ pub async fn main(args: LabArgs) -> Result<(), BoxError> {
         config.cells().len(),
         config.repeats,
         config.seed,
-        config.link.describe()
+        config.describe_link()
     );
     let progress = ProgressBar::new(plan_len as u64);
     progress.set_style(
@@ -900,16 +1002,72 @@ mod tests {
         assert_eq!(config.link.rate_mbit, 200.0);
         assert_eq!(config.link.queue_limit(), 65536);
         assert_eq!(config.schedule().len(), 6);
-        let err = LabArgs::try_parse_from(["lab", "--link", "tun"])
+        let err = LabArgs::try_parse_from(["lab", "--link", "netem"])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("the only link for now is `relay`"), "{err}");
+        assert!(err.contains("unknown link `netem`"), "{err}");
+        assert_eq!(config.link_mode, LinkMode::Relay);
+        assert!(report_first_line(&config).starts_with("relay link: 5 ms RTT"));
         let err = LabArgs::try_parse_from(["lab", "--cases", "stock,fast"])
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown case `fast`"), "{err}");
         assert!(LabConfig::from_args(&args(&["--repeats", "0"])).is_err());
         assert!(LabConfig::from_args(&args(&["--rate-mbit", "0"])).is_err());
+    }
+
+    fn report_first_line(config: &LabConfig) -> String {
+        render_report(config, &[])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn tun_link_flags() {
+        let config = LabConfig::from_args(&args(&["--link", "tun"])).unwrap();
+        assert_eq!(config.link_mode, LinkMode::Tun);
+        assert_eq!(config.tun, TunConfig::default());
+        assert_eq!(
+            report_first_line(&config),
+            "tun link: 20 ms RTT, 20 Mbit/s each way, queue 1000 packets, MTU 1500, cc cubic; \
+             two network namespaces, kernel TCP end to end"
+        );
+        let config = LabConfig::from_args(&args(&[
+            "--link",
+            "tun",
+            "--cc",
+            "bbr",
+            "--rtt-ms",
+            "40",
+            "--rate-mbit",
+            "10",
+            "--queue-packets",
+            "100",
+        ]))
+        .unwrap();
+        assert_eq!(config.tun.cc, CongestionControl::Bbr);
+        assert_eq!(config.tun.rtt, Duration::from_millis(40));
+        assert_eq!(config.tun.rate_mbit, 10.0);
+        assert_eq!(config.tun.queue_packets, 100);
+        let json = config.to_json();
+        assert_eq!(json["link"]["mode"], "tun");
+        assert_eq!(json["link"]["cc"], "bbr");
+        assert_eq!(json["link"]["queue_packets"], 100);
+        assert!(report_first_line(&config).contains("queue 100 packets, MTU 1500, cc bbr"));
+        let err = LabArgs::try_parse_from(["lab", "--link", "tun", "--cc", "reno"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("known: cubic, bbr"), "{err}");
+        for bad in [
+            &["--cc", "bbr"][..],
+            &["--queue-packets", "10"],
+            &["--link", "tun", "--queue-bytes", "1000"],
+            &["--link", "tun", "--queue-packets", "0"],
+        ] {
+            assert!(LabConfig::from_args(&args(bad)).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod link;
 pub mod peers;
 pub mod server;
 pub mod tap;
+pub mod tun;
 pub mod workload;
 
 pub use client::{ClientOptions, PendingResponse, Response, TapClient, Trust};

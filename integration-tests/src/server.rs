@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use http::{Request, Response};
@@ -37,6 +38,7 @@ pub struct TestServer {
     /// Its certificate, to trust in clients.
     pub certificate: CertificateDer<'static>,
     stats: Arc<Mutex<Vec<ConnectionStats>>>,
+    live: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -46,8 +48,33 @@ impl TestServer {
         TestServer::start(setup, examples::axum_app::router()).await
     }
 
+    /// Starts the demo app on `addr` (port 0: a free one) with `setup`, e.g. on an address
+    /// inside a network namespace ([`crate::tun`]) when called on a thread that entered it.
+    pub async fn demo_on(setup: ServerSetup, addr: SocketAddr) -> Result<TestServer, BoxError> {
+        TestServer::start_on(setup, examples::axum_app::router(), addr).await
+    }
+
     /// Starts `service` on 127.0.0.1 with `setup`.
     pub async fn start<S, B>(setup: ServerSetup, service: S) -> Result<TestServer, BoxError>
+    where
+        S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        B: http_body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        TestServer::start_on(setup, service, SocketAddr::from(([127, 0, 0, 1], 0))).await
+    }
+
+    /// Starts `service` on `addr` (port 0: a free one) with `setup`.
+    pub async fn start_on<S, B>(
+        setup: ServerSetup,
+        service: S,
+        addr: SocketAddr,
+    ) -> Result<TestServer, BoxError>
     where
         S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
             + Clone
@@ -65,9 +92,10 @@ impl TestServer {
         // HTTP bytes, which lets the client map records to frames.
         tls.send_tls13_tickets = 0;
         let acceptor = TlsAcceptor::from(Arc::new(tls));
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let stats = Arc::new(Mutex::new(Vec::new()));
+        let live = Arc::new(AtomicUsize::new(0));
         let config = setup.config.clone().or_else(|| {
             setup
                 .policy
@@ -79,11 +107,13 @@ impl TestServer {
             config,
             service,
             stats.clone(),
+            live.clone(),
         ));
         Ok(TestServer {
             addr,
             certificate,
             stats,
+            live,
             task,
         })
     }
@@ -91,6 +121,29 @@ impl TestServer {
     /// Counters of every wrapped connection so far (empty for stock).
     pub fn connection_stats(&self) -> Vec<ConnectionStats> {
         self.stats.lock().expect("stats poisoned").clone()
+    }
+
+    /// Connections accepted whose task has not ended yet (TLS handshake, serving, or
+    /// shutting down). Connection tasks outlive the `TestServer`; this counts them anyway.
+    pub fn live_connections(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts one live connection task; the count goes down when the task ends, however it
+/// ends (returned, panicked, or dropped by the runtime).
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl LiveGuard {
+    fn new(live: &Arc<AtomicUsize>) -> Self {
+        live.fetch_add(1, Ordering::SeqCst);
+        LiveGuard(live.clone())
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -106,6 +159,7 @@ async fn accept_loop<S, B>(
     config: Option<FlushConfig>,
     service: S,
     stats: Arc<Mutex<Vec<ConnectionStats>>>,
+    live: Arc<AtomicUsize>,
 ) where
     S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
         + Clone
@@ -123,7 +177,11 @@ async fn accept_loop<S, B>(
             service.clone(),
             stats.clone(),
         );
+        // Counted from the accept on, so a connection is never invisible between its
+        // accept and its task's first poll.
+        let guard = LiveGuard::new(&live);
         tokio::spawn(async move {
+            let _guard = guard;
             let _ = tcp.set_nodelay(true);
             let Ok(tls) = acceptor.accept(tcp).await else {
                 return;

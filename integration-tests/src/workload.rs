@@ -32,9 +32,10 @@ use tls_flush::Policy;
 
 use crate::client::{pattern_sha256, ClientOptions, PendingResponse, Response, TapClient, Trust};
 use crate::link::{LinkConfig, RelayLink};
-use crate::peers::{PeerKind, PeerServer};
+use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, TestServer};
 use crate::tap::{FrameEvent, TapLog};
+use crate::tun::{self, Side, TunConfig, TunLink, SERVER_ADDR};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -414,14 +415,12 @@ pub async fn run_on(
         None => None,
     };
     let addr = relay.as_ref().map_or(upstream, RelayLink::addr);
-    let transfer = link.map_or(Duration::ZERO, |l| {
-        let bits = (2 * BACKGROUND_LEN + CRITICAL_LEN) as f64 * 8.0;
-        Duration::from_secs_f64(bits / (l.rate_mbit * 1e6) + l.rtt.as_secs_f64() * 10.0)
-    });
-    let limit = RUN_TIMEOUT + transfer * 4;
-    let measured = on_client_thread(limit, move || fixture(addr, trust, workload, urgencies))
-        .await
-        .map_err(|e| format!("{label}: {e}"))?;
+    let limit = run_limit(link.map(|l| (l.rate_mbit, l.rtt)));
+    let measured = on_client_thread(limit, None, move || {
+        fixture(addr, trust, workload, urgencies)
+    })
+    .await
+    .map_err(|e| format!("{label}: {e}"))?;
     // The client is gone (its connection closes); stop the link and the server, and let the
     // close travel before the next run starts.
     drop(relay);
@@ -445,6 +444,174 @@ pub async fn run_on(
     })
 }
 
+/// How long a run may take: [`RUN_TIMEOUT`] plus four times the fixture's transfer time (and
+/// ten RTTs) at a link's `(rate_mbit, rtt)`.
+fn run_limit(link: Option<(f64, Duration)>) -> Duration {
+    let transfer = link.map_or(Duration::ZERO, |(rate_mbit, rtt)| {
+        let bits = (2 * BACKGROUND_LEN + CRITICAL_LEN) as f64 * 8.0;
+        Duration::from_secs_f64(bits / (rate_mbit * 1e6) + rtt.as_secs_f64() * 10.0)
+    });
+    RUN_TIMEOUT + transfer * 4
+}
+
+/// Runs `workload` once like [`run_once`], through a fresh kernel-faithful link
+/// ([`crate::tun`], root only) instead of the relay: the server runs in the link's server
+/// namespace (ours in-process on a thread there, listening on [`SERVER_ADDR`]; a peer under
+/// `ip netns exec`), the client in the client namespace, and both kernels' TCP with
+/// `config.cc` runs over the emulated path. Fresh namespaces for every run, so nothing (TCP
+/// metrics, queue state) carries over from the previous one; everything is removed before
+/// this returns, also when the run fails. An [`Case::External`] server cannot be reached
+/// from the client namespace: it is an error.
+pub async fn run_tun(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    config: &TunConfig,
+) -> Result<RunResult, BoxError> {
+    let label = format!("{case}/{workload}/{urgencies}");
+    if let Case::External { addr, .. } = case {
+        return Err(format!(
+            "{label}: an external server ({addr}) cannot run behind the tun link: it is outside \
+             the link's network namespaces (use --link relay)"
+        )
+        .into());
+    }
+    let start_config = *config;
+    let link = tun::blocking(move || TunLink::start(start_config))
+        .await?
+        .map_err(|e| format!("{label}: starting the tun link: {e}"))?;
+    // Dropping `link` (here or on an early return) removes the namespaces.
+    let server = match (case.setup(), case) {
+        (Some(setup), _) => TunServer::start_in_process(&link, setup).await,
+        (None, Case::Peer(kind)) => {
+            let kind = *kind;
+            let options = PeerOptions {
+                bind: SERVER_ADDR.into(),
+                command_prefix: link.command_prefix(Side::Server),
+                ..PeerOptions::default()
+            };
+            // Started (blocking) from a thread in the server namespace, where its readiness
+            // probe connects.
+            let thread = link.spawn_in(Side::Server, "tun-peer-start", move || {
+                PeerServer::start_with(kind, &options)
+            })?;
+            match tun::blocking(move || thread.join()).await? {
+                Ok(Ok(Ok(peer))) => Ok(TunServer::Peer(peer)),
+                Ok(Ok(Err(e))) => Err(e),
+                Ok(Err(e)) => Err(e.into()),
+                Err(_) => Err("the thread starting the peer panicked".into()),
+            }
+        }
+        (None, _) => unreachable!("external servers are refused above"),
+    }
+    .map_err(|e| format!("{label}: starting the server: {e}"))?;
+    let (addr, trust) = match &server {
+        TunServer::InProcess {
+            addr, certificate, ..
+        } => (*addr, Trust::Certificate(certificate.clone())),
+        TunServer::Peer(peer) => (peer.addr(), Trust::Certificate(peer.certificate().clone())),
+    };
+    let limit = run_limit(Some((config.rate_mbit, config.rtt)));
+    let client_namespace = link.namespace(Side::Client).to_string();
+    let measured = on_client_thread(limit, Some(client_namespace), move || {
+        fixture(addr, trust, workload, urgencies)
+    })
+    .await;
+    // Stop the server (waits for its thread or process: blocking), then remove the link.
+    let stopped = tun::blocking(move || server.stop()).await?;
+    tun::blocking(move || drop(link)).await?;
+    let measured = measured.map_err(|e| format!("{label}: {e}"))?;
+    stopped.map_err(|e| format!("{label}: stopping the server: {e}"))?;
+    Ok(RunResult {
+        case: case.name().to_string(),
+        workload,
+        urgencies,
+        repeat: 0,
+        ..measured
+    })
+}
+
+/// The server of a run through the tun link.
+enum TunServer {
+    /// Ours, on a current-thread runtime on a thread in the server namespace, until `stop`
+    /// (one thread, like the peers' single worker). The flavour matters on this link: on a
+    /// multi-thread runtime the background handlers were seen to race ahead of the critical
+    /// one in `simultaneous` (112 KiB of background before the critical response with
+    /// `scheduled`, instead of 32 KiB).
+    InProcess {
+        addr: SocketAddr,
+        certificate: rustls::pki_types::CertificateDer<'static>,
+        stop: tokio::sync::oneshot::Sender<()>,
+        thread: std::thread::JoinHandle<std::io::Result<()>>,
+    },
+    /// A peer, started under `ip netns exec`.
+    Peer(PeerServer),
+}
+
+impl TunServer {
+    async fn start_in_process(link: &TunLink, setup: ServerSetup) -> Result<TunServer, BoxError> {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = link.spawn_in(Side::Server, "tun-server", move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(BoxError::from(e)));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match TestServer::demo_on(setup, SocketAddr::from((SERVER_ADDR, 0))).await {
+                    Ok(server) => {
+                        let _ = ready_tx.send(Ok((server.addr, server.certificate.clone())));
+                        // Serve until told to stop (or until the run is dropped).
+                        let _ = stop_rx.await;
+                        drop(server);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+            // Dropping the runtime ends the connection tasks: the sockets close.
+        })?;
+        match ready_rx.await {
+            Ok(Ok((addr, certificate))) => Ok(TunServer::InProcess {
+                addr,
+                certificate,
+                stop,
+                thread,
+            }),
+            Ok(Err(e)) => Err(e),
+            // The thread ended without a word: it could not enter the namespace, or panicked.
+            Err(_) => match tun::blocking(move || thread.join()).await? {
+                Ok(Err(e)) => Err(e.into()),
+                _ => Err("the server thread panicked".into()),
+            },
+        }
+    }
+
+    /// Stops the server and waits until it is gone (blocking).
+    fn stop(self) -> Result<(), BoxError> {
+        match self {
+            TunServer::InProcess { stop, thread, .. } => {
+                let _ = stop.send(());
+                match thread.join() {
+                    Ok(result) => Ok(result?),
+                    Err(_) => Err("the server thread panicked".into()),
+                }
+            }
+            TunServer::Peer(peer) => {
+                drop(peer);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The server of one run; an in-process one and a peer are stopped when dropped.
 enum Server {
     InProcess(TestServer),
@@ -456,8 +623,12 @@ enum Server {
 /// separate client process: the server and the link keep the caller's runtime, and requests
 /// started back to back (no await point between them yields) leave in one write, so the
 /// `simultaneous` requests reach the server together. The client's connection ends with
-/// that runtime.
-async fn on_client_thread<F, Fut, T>(limit: Duration, run: F) -> Result<T, BoxError>
+/// that runtime. With `netns`, the thread first enters that network namespace.
+async fn on_client_thread<F, Fut, T>(
+    limit: Duration,
+    netns: Option<String>,
+    run: F,
+) -> Result<T, BoxError>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T, BoxError>>,
@@ -467,10 +638,16 @@ where
     std::thread::Builder::new()
         .name("workload-client".into())
         .spawn(move || {
-            let result = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+            let result = netns
+                .as_deref()
+                .map_or(Ok(()), tun::enter_namespace)
                 .map_err(BoxError::from)
+                .and_then(|()| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(BoxError::from)
+                })
                 .and_then(|runtime| {
                     runtime.block_on(async {
                         tokio::time::timeout(limit, run())
