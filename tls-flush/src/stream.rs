@@ -138,6 +138,12 @@ impl<T: Transport> FlushStream<T> {
                 return Poll::Ready(Ok(taken));
             }
             if drove.is_pending() {
+                if self.write.queued_bytes() < queued_after_absorb {
+                    // The transport took some bytes before it blocked: there may be room
+                    // for the frame that was refused, so offer it again now rather than
+                    // leave h2 stalled until the socket drains.
+                    continue;
+                }
                 return Poll::Pending;
             }
             // Nothing was admitted, yet the transport took everything it could without
