@@ -110,6 +110,7 @@ impl WritePath {
                     break;
                 }
                 Step::Header(n, header) => {
+                    self.close_interrupted_block(&header, priorities);
                     if !self.admit(&header, config, priorities) {
                         // Leave this call's header bytes with h2: if they were the whole
                         // frame (an empty DATA, a SETTINGS ACK) h2 would otherwise count it
@@ -389,6 +390,26 @@ impl WritePath {
     }
 
     /// Groups header blocks into one unit, decodes them, and queues the unit.
+    /// h2 writes a header block's frames back to back. Anything else arriving while a block
+    /// is open (another frame, a CONTINUATION of another stream) means the writer broke that
+    /// rule: queue the unfinished block as it is, in its place, so no byte is lost, nothing
+    /// overtakes it, and the queue can still drain.
+    fn close_interrupted_block(&mut self, next: &FrameHeader, priorities: &mut StreamPriorities) {
+        let continues = |(first, _): &(FrameHeader, BytesMut)| {
+            next.kind == frame::CONTINUATION && next.stream_id == first.stream_id
+        };
+        if self
+            .open_block
+            .as_ref()
+            .is_some_and(|open| !continues(open))
+        {
+            if let Some((first, block)) = self.open_block.take() {
+                observe_response_headers(first, &block, &mut self.decoder, priorities);
+                self.scheduler.push(first, block.freeze());
+            }
+        }
+    }
+
     fn collect_unit(
         &mut self,
         header: FrameHeader,
