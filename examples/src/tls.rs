@@ -39,6 +39,26 @@ pub struct Identity {
 /// It is deliberately not a CA certificate: webpki-based clients reject a CA certificate
 /// used as the end entity, even when they trust it as a root.
 pub fn self_signed() -> Result<Identity, rcgen::Error> {
+    let (cert, key_pair) = generate_self_signed()?;
+    Ok(Identity {
+        chain: vec![cert.der().clone()],
+        key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der())),
+    })
+}
+
+/// The same certificate as [`self_signed`], as PEM for servers that read files: the
+/// certificate (DER, to trust in clients), the certificate (PEM) and the key (PEM, PKCS#8).
+///
+/// ```
+/// let (der, cert_pem, key_pem) = examples::tls::self_signed_pem().unwrap();
+/// assert!(!der.is_empty() && cert_pem.contains("CERTIFICATE") && key_pem.contains("PRIVATE KEY"));
+/// ```
+pub fn self_signed_pem() -> Result<(CertificateDer<'static>, String, String), rcgen::Error> {
+    let (cert, key_pair) = generate_self_signed()?;
+    Ok((cert.der().clone(), cert.pem(), key_pair.serialize_pem()))
+}
+
+fn generate_self_signed() -> Result<(rcgen::Certificate, KeyPair), rcgen::Error> {
     let mut params = CertificateParams::new(
         SELF_SIGNED_NAMES
             .iter()
@@ -52,10 +72,7 @@ pub fn self_signed() -> Result<Identity, rcgen::Error> {
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let key_pair = KeyPair::generate()?;
     let cert = params.self_signed(&key_pair)?;
-    Ok(Identity {
-        chain: vec![cert.der().clone()],
-        key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_pair.serialize_der())),
-    })
+    Ok((cert, key_pair))
 }
 
 /// Reads a PEM certificate chain and a PEM private key (PKCS#8, PKCS#1 or SEC1).

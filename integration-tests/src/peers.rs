@@ -55,7 +55,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::client::pattern_byte;
@@ -477,24 +476,11 @@ fn write_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
         .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
 }
 
-/// A self-signed certificate for `localhost` and `127.0.0.1` (ECDSA P-256, `CA:FALSE`,
-/// extended key usage `serverAuth`, like [`examples::tls::self_signed`]): the certificate
-/// (DER), the certificate (PEM) and the private key (PEM, PKCS#8).
+/// A self-signed certificate for `localhost` and `127.0.0.1`, the same kind as our servers'
+/// ([`examples::tls::self_signed_pem`]): the certificate (DER), the certificate (PEM) and the
+/// private key (PEM, PKCS#8).
 pub fn self_signed_pem() -> Result<(CertificateDer<'static>, String, String), rcgen::Error> {
-    let mut params = CertificateParams::new(
-        examples::tls::SELF_SIGNED_NAMES
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>(),
-    )?;
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "localhost");
-    params.distinguished_name = dn;
-    params.is_ca = IsCa::ExplicitNoCa;
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key_pair = KeyPair::generate()?;
-    let cert = params.self_signed(&key_pair)?;
-    Ok((cert.der().clone(), cert.pem(), key_pair.serialize_pem()))
+    examples::tls::self_signed_pem()
 }
 
 /// How and where to start a peer.
