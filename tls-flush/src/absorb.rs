@@ -1,10 +1,18 @@
 //! Cuts h2's writes into frames. h2 may split a frame across writes (or put many frames in
 //! one); this reassembles them, and stops at each frame header so the caller can decide
 //! whether to take the frame now or leave it in h2's own buffer.
+//!
+//! A frame the caller chooses to stream (one too large to hold whole: a client may let h2
+//! write DATA frames of up to 16 MiB) comes out in pieces of at most [`PIECE`] wire bytes,
+//! the first starting with the frame header; the concatenated pieces are the frame.
 
 use bytes::{Bytes, BytesMut};
 
+use crate::config::MAX_RECORD_PAYLOAD;
 use crate::frame::{FrameHeader, HEADER_LEN};
+
+/// Wire bytes per piece of a streamed frame: one full record.
+pub(crate) const PIECE: usize = MAX_RECORD_PAYLOAD;
 
 /// Incremental frame reassembly for one direction.
 #[derive(Debug, Default)]
@@ -13,6 +21,8 @@ pub(crate) struct FrameAssembler {
     header_len: usize,
     /// The admitted frame being filled, its header already in the buffer.
     current: Option<(FrameHeader, BytesMut)>,
+    /// The frame being streamed: its header, wire bytes not yet in a piece, the piece.
+    streaming: Option<(FrameHeader, usize, BytesMut)>,
 }
 
 /// What one call to [`FrameAssembler::step`] did; each variant says how many input bytes
@@ -25,16 +35,37 @@ pub(crate) enum Step {
     Header(usize, FrameHeader),
     /// A frame is complete, header included.
     Frame(usize, FrameHeader, Bytes),
+    /// A piece of a streamed frame; `true` for its last piece.
+    Piece(usize, FrameHeader, Bytes, bool),
 }
 
 impl FrameAssembler {
     /// True when no frame is partially received.
     pub(crate) fn is_idle(&self) -> bool {
-        self.header_len == 0 && self.current.is_none()
+        self.header_len == 0 && self.current.is_none() && self.streaming.is_none()
+    }
+
+    /// True while a streamed frame's pieces are being cut.
+    pub(crate) fn is_streaming(&self) -> bool {
+        self.streaming.is_some()
     }
 
     /// Consumes bytes until the next event.
     pub(crate) fn step(&mut self, buf: &[u8]) -> Step {
+        if let Some((header, remaining, piece)) = &mut self.streaming {
+            let target = PIECE.min(piece.len() + *remaining);
+            let n = (target - piece.len()).min(buf.len());
+            piece.extend_from_slice(&buf[..n]);
+            *remaining -= n;
+            if piece.len() < target {
+                return Step::NeedInput(n);
+            }
+            let (header, last, bytes) = (*header, *remaining == 0, piece.split().freeze());
+            if last {
+                self.streaming = None;
+            }
+            return Step::Piece(n, header, bytes, last);
+        }
         if let Some((header, frame)) = &mut self.current {
             let n = (header.frame_len() - frame.len()).min(buf.len());
             frame.extend_from_slice(&buf[..n]);
@@ -58,6 +89,17 @@ impl FrameAssembler {
     pub(crate) fn retreat(&mut self, n: usize) {
         debug_assert!(self.current.is_none() && n <= self.header_len);
         self.header_len -= n.min(self.header_len);
+    }
+
+    /// Takes the frame whose header [`step`](Self::step) last reported, to be handed out
+    /// in pieces rather than whole.
+    pub(crate) fn admit_streaming(&mut self) {
+        let header = FrameHeader::parse(&self.header[..self.header_len])
+            .expect("a complete header is pending");
+        self.header_len = 0;
+        let mut piece = BytesMut::with_capacity(PIECE.min(header.frame_len()));
+        piece.extend_from_slice(&self.header);
+        self.streaming = Some((header, header.length as usize, piece));
     }
 
     /// Takes the frame whose header [`step`](Self::step) last reported.
@@ -108,11 +150,70 @@ mod tests {
                     taken += n;
                     a.admit();
                 }
-                Step::Frame(n, _, b) => {
+                Step::Frame(n, _, b) | Step::Piece(n, _, b, _) => {
                     taken += n;
                     out.push(b);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn streamed_frames_come_out_in_pieces_at_every_split() {
+        let big = frame(frame::DATA, 1, 3 * PIECE + 100);
+        let wire = [big.clone(), frame(frame::DATA, 3, 5)].concat();
+        for cut in [
+            0,
+            1,
+            9,
+            10,
+            PIECE - 1,
+            PIECE,
+            PIECE + 1,
+            big.len() - 1,
+            big.len(),
+            big.len() + 3,
+        ] {
+            let mut a = FrameAssembler::default();
+            let mut out = Vec::new();
+            let mut lasts = 0;
+            let mut taken = 0;
+            for part in [&wire[..cut], &wire[cut..]] {
+                let mut at = 0;
+                loop {
+                    match a.step(&part[at..]) {
+                        Step::NeedInput(n) => {
+                            at += n;
+                            break;
+                        }
+                        Step::Header(n, h) => {
+                            at += n;
+                            if h.length as usize > PIECE {
+                                a.admit_streaming();
+                            } else {
+                                a.admit();
+                            }
+                        }
+                        Step::Frame(n, _, b) => {
+                            at += n;
+                            out.push(b);
+                        }
+                        Step::Piece(n, h, b, last) => {
+                            at += n;
+                            assert!(b.len() <= PIECE);
+                            assert_eq!(h.stream_id, 1);
+                            lasts += usize::from(last);
+                            out.push(b);
+                        }
+                    }
+                }
+                taken += at;
+            }
+            assert_eq!(taken, wire.len());
+            assert_eq!(lasts, 1);
+            assert!(a.is_idle());
+            assert_eq!(out.concat(), wire, "cut at {cut}");
+            assert_eq!(out.len(), 5);
         }
     }
 

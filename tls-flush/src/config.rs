@@ -92,6 +92,22 @@ pub enum RecordSizing {
 
 /// Configuration of one wrapped connection; build it from a [`Policy`] and adjust.
 ///
+/// # Memory bounds
+///
+/// Everything a client can make one connection hold is bounded, whatever it sends:
+///
+/// | structure | bound |
+/// |---|---|
+/// | write queue (h2's frames not yet handed to TLS) | [`hard_limit`](Self::hard_limit) (default 1 MiB), counting 128 bytes per queued frame besides its wire bytes, so at most `hard_limit / 128` frames; plus one response header block (the application's own) |
+/// | a DATA frame larger than the hard limit and than 1 MiB (a client may allow frames of up to 16 MiB) | never held whole: written through in 16 KiB pieces once the queue before it is empty |
+/// | request header block being reassembled | 64 KiB (larger: priority tracking stops for the connection) |
+/// | HPACK dynamic tables mirrored (one per direction) | 64 KiB each (larger size updates stop tracking) |
+/// | a request's `priority` field lines, decoded and joined | 1 KiB (longer: default priority, counted in `priority_values_too_long`) |
+/// | a PRIORITY_UPDATE field value | 1 KiB (longer: not copied, counted invalid); values are parsed only for open or not-yet-open streams |
+/// | PRIORITY_UPDATEs for streams not yet open | [`max_early_updates`](Self::max_early_updates) (default 128) |
+/// | streams whose priority is tracked | 1024; further streams get the default priority |
+/// | anticipation holds armed | one per tracked, complete request, each at most [`anticipate`](Self::anticipate) long, all together at most [`anticipation_budget`](Self::anticipation_budget) per second |
+///
 /// ```
 /// use std::time::Duration;
 /// use tls_flush::{FlushConfig, Policy};
@@ -113,6 +129,7 @@ pub struct FlushConfig {
     pub(crate) urgent_cut: Option<(u8, usize)>,
     pub(crate) cork: bool,
     pub(crate) anticipate: Option<Duration>,
+    pub(crate) anticipation_budget: Duration,
     pub(crate) soft_limit: usize,
     pub(crate) hard_limit: usize,
     pub(crate) notsent_lowat: Option<u32>,
@@ -139,6 +156,7 @@ impl FlushConfig {
             urgent_cut: Some((0, 4096)),
             cork: true,
             anticipate: None,
+            anticipation_budget: Duration::from_millis(100),
             soft_limit: 256 * 1024,
             hard_limit: 1024 * 1024,
             notsent_lowat: Some(16 * 1024),
@@ -205,13 +223,27 @@ impl FlushConfig {
         self
     }
 
-    /// While a request more urgent than the next DATA has arrived and its response has not
-    /// begun, holds that DATA back for at most `bound` after the request arrived (default
+    /// While a complete request more urgent than the next DATA waits for its response to
+    /// begin, holds that DATA back for at most `bound` after the request completed (default
     /// 5 ms for [`Policy::Scheduled`], off otherwise; only with [`reorder`](Self::reorder)).
     /// At connection start the downstream is empty, so without it the first bulk frames
     /// would leave before an urgent response requested in the same flight exists.
+    ///
+    /// Each request arms at most one hold, and only once it is complete (END_STREAM seen: a
+    /// request whose body never arrives holds nothing). Holds wait on Tokio's timer (the
+    /// runtime needs its time driver, as `#[tokio::main]` enables), so they cost no CPU;
+    /// their total per connection is capped by
+    /// [`anticipation_budget`](Self::anticipation_budget).
     pub fn anticipate(mut self, bound: Option<Duration>) -> Self {
         self.anticipate = bound;
+        self
+    }
+
+    /// The most time DATA may be held for anticipation per connection in each second
+    /// (default 100 ms), so that urgent requests that keep arriving, or responses slow to
+    /// begin, cannot starve less urgent responses: at least 90% of the time stays theirs.
+    pub fn anticipation_budget(mut self, per_second: Duration) -> Self {
+        self.anticipation_budget = per_second.min(Duration::from_secs(1));
         self
     }
 

@@ -28,6 +28,25 @@ pub(crate) struct PassiveDecoder {
     decoder: Option<decoder::Decoder>,
     direction: &'static str,
     stats: ConnectionStats,
+    /// The `priority` lines of the last block, joined; never longer than
+    /// [`MAX_PRIORITY_VALUE`], whatever the block references.
+    priority: Vec<u8>,
+}
+
+/// Longest `priority` value the observers keep, all field lines of one header block joined
+/// with `", "` (RFC 9651 §4.2). A real one is a few bytes; a header block of indexed
+/// references to one large dynamic-table entry must not cost more than the block itself.
+pub(crate) const MAX_PRIORITY_VALUE: usize = 1024;
+
+/// The `priority` field of one header block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PriorityField<'a> {
+    /// No `priority` field line.
+    Absent,
+    /// The field lines, joined.
+    Value(&'a [u8]),
+    /// Longer than [`MAX_PRIORITY_VALUE`]: counted, and treated as absent by the callers.
+    TooLong,
 }
 
 impl std::fmt::Debug for PassiveDecoder {
@@ -50,6 +69,7 @@ impl PassiveDecoder {
             decoder: Some(decoder::Decoder::new(size, MAX_TABLE_SIZE)),
             direction,
             stats,
+            priority: Vec::new(),
         }
     }
 
@@ -57,16 +77,47 @@ impl PassiveDecoder {
         self.decoder.is_some()
     }
 
-    /// Decodes one complete header block and returns the values of its `priority`
-    /// fields, in order. `None` once the decoder has failed (now or earlier).
-    pub(crate) fn priority_fields(&mut self, block: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let mut values = Vec::new();
-        self.decode(block, |name, value| {
-            if name == b"priority" {
-                values.push(value.to_vec());
+    /// Decodes one complete header block and returns its `priority` field: the values of
+    /// every `priority` line, joined, copied into one buffer capped at
+    /// [`MAX_PRIORITY_VALUE`]. `None` once the decoder has failed (now or earlier).
+    pub(crate) fn priority_field(&mut self, block: &[u8]) -> Option<PriorityField<'_>> {
+        let mut joined = std::mem::take(&mut self.priority);
+        joined.clear();
+        let (mut lines, mut too_long) = (0usize, false);
+        let decoded = self.decode(block, |name, value| {
+            if name != b"priority" || too_long {
+                return;
             }
-        })?;
-        Some(values)
+            let separator: &[u8] = if lines > 0 { b", " } else { b"" };
+            lines += 1;
+            if joined.len() + separator.len() + value.len() > MAX_PRIORITY_VALUE {
+                too_long = true;
+                return;
+            }
+            joined.extend_from_slice(separator);
+            joined.extend_from_slice(value);
+        });
+        self.priority = joined;
+        decoded?;
+        Some(match (lines, too_long) {
+            (_, true) => {
+                self.stats.add_priority_value_too_long(1);
+                PriorityField::TooLong
+            }
+            (0, _) => PriorityField::Absent,
+            _ => PriorityField::Value(&self.priority),
+        })
+    }
+
+    /// [`priority_field`](Self::priority_field), owned: `Some(None)` for absent,
+    /// `Some(Some(value))`, or `Some(Some(b"<too long>"))`.
+    #[cfg(test)]
+    pub(crate) fn priority_value(&mut self, block: &[u8]) -> Option<Option<Vec<u8>>> {
+        Some(match self.priority_field(block)? {
+            PriorityField::Absent => None,
+            PriorityField::Value(v) => Some(v.to_vec()),
+            PriorityField::TooLong => Some(b"<too long>".to_vec()),
+        })
     }
 
     /// Every field line of one complete header block, as `(name, value)`.
@@ -101,16 +152,4 @@ impl PassiveDecoder {
             );
         }
     }
-}
-
-/// Joins several `priority` field lines into one list value (RFC 9651 §4.2).
-pub(crate) fn join_field_lines(values: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, v) in values.iter().enumerate() {
-        if i > 0 {
-            out.extend_from_slice(b", ");
-        }
-        out.extend_from_slice(v);
-    }
-    out
 }

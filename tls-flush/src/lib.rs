@@ -27,6 +27,7 @@
 #![deny(missing_docs)]
 
 mod absorb;
+mod anticipation;
 mod config;
 mod frame;
 mod hpack;

@@ -1,6 +1,16 @@
 //! What the wrapper knows about each stream's priority: the client's signals (request
 //! header, then PRIORITY_UPDATE frames in order) overlaid by what the server pinned in
-//! its `priority` response header. Bounded whatever the peer sends.
+//! its `priority` response header. Bounded whatever the peer sends:
+//!
+//! - tracked streams: at most `max_open` entries (about 40 bytes each); further streams get
+//!   the default priority;
+//! - updates for streams not open yet: at most `max_early_updates` (8 bytes each);
+//! - anticipation holds: at most `max_open` armed requests (16 bytes each), and only
+//!   complete requests (END_STREAM seen) arm one, once;
+//! - streams whose priority changed since the scheduler last looked: at most `max_open`
+//!   plus the closes since then, capped at [`MAX_CHANGES`] (past it the scheduler re-reads
+//!   every queued stream once);
+//! - a PRIORITY_UPDATE's field value is parsed only when it is applied or buffered.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -9,14 +19,28 @@ use tower_priority::{Priority, PriorityParams, PriorityUpdate};
 
 use crate::stats::ConnectionStats;
 
+/// Bound on the list of changed streams between two looks of the scheduler.
+pub(crate) const MAX_CHANGES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// The request is not complete yet, or anticipation is off.
+    Idle,
+    /// Complete, its response not begun: less urgent DATA may wait for it.
+    Armed(u8),
+    /// Its response began, its bound expired, or it was never eligible.
+    Done,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct StreamEntry {
     client: Priority,
     pinned: PriorityParams,
     /// The response's first header block has been written by h2.
     response_started: bool,
-    /// When the request's header block was read.
-    arrived: Instant,
+    hold: Hold,
+    /// Already in the changed list.
+    changed: bool,
 }
 
 /// Outcome of one PRIORITY_UPDATE, for tests and tracing.
@@ -26,6 +50,14 @@ pub(crate) enum UpdateOutcome {
     Buffered,
     Ignored,
     Invalid,
+}
+
+/// Which streams' effective priority changed since the scheduler last asked.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    ids: Vec<u32>,
+    /// More changes than [`MAX_CHANGES`]: every stream must be re-read.
+    overflowed: bool,
 }
 
 /// Per-connection table of stream priorities.
@@ -38,17 +70,32 @@ pub(crate) struct StreamPriorities {
     max_open: usize,
     /// Highest client-initiated stream id seen: lower ids not in `open` are closed.
     highest_client_stream: u32,
+    /// Armed holds in arming order (so deadlines ascend): stream, urgency, deadline.
+    holds: VecDeque<(u32, u8, Instant)>,
+    /// Armed holds per urgency.
+    armed: [u32; 8],
+    anticipate: Option<Duration>,
+    changes: Changes,
     stats: ConnectionStats,
 }
 
 impl StreamPriorities {
-    pub(crate) fn new(max_early_updates: usize, max_open: usize, stats: ConnectionStats) -> Self {
+    pub(crate) fn new(
+        max_early_updates: usize,
+        max_open: usize,
+        anticipate: Option<Duration>,
+        stats: ConnectionStats,
+    ) -> Self {
         StreamPriorities {
             open: HashMap::new(),
             early_updates: VecDeque::new(),
             max_early_updates,
             max_open,
             highest_client_stream: 0,
+            holds: VecDeque::new(),
+            armed: [0; 8],
+            anticipate,
+            changes: Changes::default(),
             stats,
         }
     }
@@ -72,7 +119,8 @@ impl StreamPriorities {
             client,
             pinned: PriorityParams::default(),
             response_started: false,
-            arrived: Instant::now(),
+            hold: Hold::Idle,
+            changed: false,
         };
         // Updates sent before the request apply in arrival order, after the header.
         self.early_updates.retain(|&(id, p)| {
@@ -84,6 +132,32 @@ impl StreamPriorities {
             }
         });
         self.open.insert(stream_id, entry);
+    }
+
+    /// The client finished sending `stream_id`'s request (END_STREAM): from now on, and
+    /// for at most the anticipation bound, less urgent DATA may wait for its response.
+    /// Each request arms at most one hold.
+    pub(crate) fn request_complete(&mut self, stream_id: u32) {
+        let Some(bound) = self.anticipate else {
+            return;
+        };
+        let now = Instant::now();
+        self.prune_holds(now);
+        let Some(entry) = self.open.get_mut(&stream_id) else {
+            return;
+        };
+        let urgency = entry.pinned.apply_to(entry.client).urgency.min(7);
+        let eligible = entry.hold == Hold::Idle
+            && !entry.response_started
+            && urgency < 7
+            && self.holds.len() < self.max_open;
+        if !eligible {
+            entry.hold = Hold::Done;
+            return;
+        }
+        entry.hold = Hold::Armed(urgency);
+        self.armed[usize::from(urgency)] += 1;
+        self.holds.push_back((stream_id, urgency, now + bound));
     }
 
     /// Applies one PRIORITY_UPDATE payload received on `frame_stream_id`.
@@ -109,14 +183,16 @@ impl StreamPriorities {
         if frame_stream_id != 0 {
             return UpdateOutcome::Invalid;
         }
-        let update = match PriorityUpdate::parse(payload) {
-            Ok(u) => u,
-            // Short payload, stream id 0, non-ASCII value: all malformed (§7.1).
-            Err(_) => return UpdateOutcome::Invalid,
+        // Short payload, stream id 0, non-ASCII value: all malformed (§7.1). The value
+        // itself is parsed below, only where it is used.
+        let Ok((id, _)) = PriorityUpdate::split(payload) else {
+            return UpdateOutcome::Invalid;
         };
-        let id = update.prioritized_stream_id;
+        let parse =
+            || PriorityUpdate::parse(payload).map_or_else(|_| Priority::default(), |u| u.priority);
         if let Some(entry) = self.open.get_mut(&id) {
-            entry.client = update.priority;
+            entry.client = parse();
+            Self::mark_changed(&mut self.changes, id, entry);
             return UpdateOutcome::Applied;
         }
         if id.is_multiple_of(2) || id <= self.highest_client_stream {
@@ -124,32 +200,82 @@ impl StreamPriorities {
             return UpdateOutcome::Ignored;
         }
         if let Some(slot) = self.early_updates.iter_mut().find(|(i, _)| *i == id) {
-            slot.1 = update.priority;
+            slot.1 = parse();
             return UpdateOutcome::Buffered;
         }
         if self.early_updates.len() >= self.max_early_updates {
             return UpdateOutcome::Ignored;
         }
-        self.early_updates.push_back((id, update.priority));
+        self.early_updates.push_back((id, parse()));
         UpdateOutcome::Buffered
     }
 
     /// h2 wrote the first response header block of `stream_id`, with this `priority`
     /// response header (if any): what the server pinned.
     pub(crate) fn response_started(&mut self, stream_id: u32, pinned: Option<PriorityParams>) {
-        if let Some(entry) = self.open.get_mut(&stream_id) {
-            if !entry.response_started {
-                entry.response_started = true;
-                if let Some(p) = pinned {
-                    entry.pinned = p;
-                }
-            }
+        let Some(entry) = self.open.get_mut(&stream_id) else {
+            return;
+        };
+        if entry.response_started {
+            return;
+        }
+        entry.response_started = true;
+        Self::disarm(&mut self.armed, entry);
+        if let Some(p) = pinned {
+            entry.pinned = p;
+            Self::mark_changed(&mut self.changes, stream_id, entry);
         }
     }
 
     /// The stream is finished (response ended, or reset in either direction).
     pub(crate) fn close(&mut self, stream_id: u32) {
-        self.open.remove(&stream_id);
+        if let Some(mut entry) = self.open.remove(&stream_id) {
+            Self::disarm(&mut self.armed, &mut entry);
+            // Its queued frames (if any) fall back to the default priority.
+            if self.changes.ids.len() < MAX_CHANGES {
+                self.changes.ids.push(stream_id);
+            } else {
+                self.changes.overflowed = true;
+            }
+        }
+    }
+
+    fn mark_changed(changes: &mut Changes, stream_id: u32, entry: &mut StreamEntry) {
+        if entry.changed {
+            return;
+        }
+        if changes.ids.len() < MAX_CHANGES {
+            entry.changed = true;
+            changes.ids.push(stream_id);
+        } else {
+            changes.overflowed = true;
+        }
+    }
+
+    fn disarm(armed: &mut [u32; 8], entry: &mut StreamEntry) {
+        if let Hold::Armed(u) = entry.hold {
+            armed[usize::from(u)] -= 1;
+        }
+        entry.hold = Hold::Done;
+    }
+
+    /// Streams whose effective priority changed since the last call, each once; `true`
+    /// with them when the list overflowed and every stream must be re-read.
+    pub(crate) fn take_changes(&mut self, out: &mut Vec<u32>) -> bool {
+        out.clear();
+        out.append(&mut self.changes.ids);
+        for id in out.iter() {
+            if let Some(entry) = self.open.get_mut(id) {
+                entry.changed = false;
+            }
+        }
+        if std::mem::take(&mut self.changes.overflowed) {
+            for entry in self.open.values_mut() {
+                entry.changed = false;
+            }
+            return true;
+        }
+        false
     }
 
     /// The effective priority of `stream_id`: client signals overlaid by server pins.
@@ -160,14 +286,36 @@ impl StreamPriorities {
             .unwrap_or_default()
     }
 
-    /// True while a request more urgent than `urgency` arrived less than `bound` ago and its
-    /// response has not begun: DATA of that urgency should wait for it (DESIGN: anticipate).
-    pub(crate) fn awaiting_more_urgent(&self, urgency: u8, bound: Duration, now: Instant) -> bool {
-        self.open.values().any(|e| {
-            !e.response_started
-                && e.pinned.apply_to(e.client).urgency < urgency
-                && now.saturating_duration_since(e.arrived) < bound
-        })
+    /// While a complete request more urgent than `urgency` waits for its response (armed
+    /// less than the anticipation bound ago), the instant at which to look again: DATA of
+    /// that urgency should wait until then (or until that response begins).
+    pub(crate) fn hold_deadline(&mut self, urgency: u8, now: Instant) -> Option<Instant> {
+        self.prune_holds(now);
+        let more_urgent = self
+            .armed
+            .iter()
+            .take(usize::from(urgency.min(8)))
+            .any(|&n| n > 0);
+        more_urgent
+            .then(|| self.holds.front().map(|h| h.2))
+            .flatten()
+    }
+
+    /// Drops expired and finished holds from the front (deadlines ascend).
+    fn prune_holds(&mut self, now: Instant) {
+        while let Some(&(id, _, deadline)) = self.holds.front() {
+            let entry = self.open.get_mut(&id);
+            let armed = entry
+                .as_ref()
+                .is_some_and(|e| matches!(e.hold, Hold::Armed(_)));
+            if armed && deadline > now {
+                return;
+            }
+            if let Some(entry) = entry {
+                Self::disarm(&mut self.armed, entry);
+            }
+            self.holds.pop_front();
+        }
     }
 
     #[cfg(test)]
@@ -192,7 +340,12 @@ mod tests {
     }
 
     fn table() -> StreamPriorities {
-        StreamPriorities::new(4, 100, ConnectionStats::default())
+        StreamPriorities::new(
+            4,
+            100,
+            Some(Duration::from_millis(5)),
+            ConnectionStats::default(),
+        )
     }
 
     #[test]
@@ -261,25 +414,97 @@ mod tests {
     }
 
     #[test]
-    fn anticipation_lasts_until_the_response_starts_or_the_bound() {
+    fn holds_arm_on_complete_requests_once_and_end_with_the_response_or_the_bound() {
         let mut t = table();
-        let bound = Duration::from_millis(5);
         t.open_request(1, Priority::parse("u=5, i"));
         t.open_request(3, Priority::parse("u=0"));
         let now = Instant::now();
-        assert!(t.awaiting_more_urgent(5, bound, now));
-        assert!(
-            !t.awaiting_more_urgent(0, bound, now),
+        assert_eq!(
+            t.hold_deadline(5, now),
+            None,
+            "request 3 is not complete yet"
+        );
+        t.request_complete(3);
+        let deadline = t.hold_deadline(5, now).expect("armed");
+        assert!(deadline > now && deadline <= Instant::now() + Duration::from_millis(5));
+        assert_eq!(
+            t.hold_deadline(0, now),
+            None,
             "nothing is more urgent than u=0"
         );
-        assert!(!t.awaiting_more_urgent(5, bound, now + Duration::from_millis(6)));
-        t.response_started(3, None);
-        assert!(!t.awaiting_more_urgent(5, bound, now));
+        assert_eq!(t.hold_deadline(5, deadline), None, "the bound expired");
+        // Expired holds are gone for good: completing again does not re-arm.
+        t.request_complete(3);
+        assert_eq!(t.hold_deadline(5, now), None);
+        t.open_request(5, Priority::parse("u=1"));
+        t.request_complete(5);
+        assert!(t.hold_deadline(5, Instant::now()).is_some());
+        t.response_started(5, None);
+        assert_eq!(t.hold_deadline(5, Instant::now()), None);
+        assert_eq!(t.armed, [0; 8]);
+        assert!(t.holds.is_empty());
+    }
+
+    #[test]
+    fn holds_are_bounded_and_off_without_anticipation() {
+        let mut t = StreamPriorities::new(4, 3, None, ConnectionStats::default());
+        t.open_request(1, Priority::parse("u=0"));
+        t.request_complete(1);
+        assert_eq!(t.hold_deadline(7, Instant::now()), None);
+        let mut t = StreamPriorities::new(
+            4,
+            3,
+            Some(Duration::from_secs(60)),
+            ConnectionStats::default(),
+        );
+        for id in (1..200).step_by(2) {
+            t.open_request(id, Priority::parse("u=0"));
+            t.request_complete(id);
+            t.close(id.saturating_sub(2));
+        }
+        assert!(t.holds.len() <= 3);
+    }
+
+    #[test]
+    fn changes_are_listed_once_and_bounded() {
+        let mut t = table();
+        t.open_request(1, Priority::parse("u=5"));
+        t.open_request(3, Priority::parse("u=5"));
+        for _ in 0..10 {
+            t.apply_update(0, &update(1, "u=0"));
+        }
+        t.response_started(3, Some(PriorityParams::parse(b"u=1")));
+        t.response_started(3, Some(PriorityParams::parse(b"u=2")));
+        let mut out = Vec::new();
+        assert!(!t.take_changes(&mut out));
+        assert_eq!(out, vec![1, 3]);
+        assert!(!t.take_changes(&mut out));
+        assert!(out.is_empty());
+        // Closes of streams opened and reset in a loop overflow into one full re-read.
+        for id in (5..2 * MAX_CHANGES as u32 + 20).step_by(2) {
+            t.open_request(id, Priority::default());
+            t.close(id);
+        }
+        assert!(t.changes.ids.len() <= MAX_CHANGES);
+        assert!(t.take_changes(&mut out));
+    }
+
+    #[test]
+    fn updates_for_closed_streams_are_not_parsed_but_malformed_ones_still_count() {
+        let mut t = table();
+        t.open_request(1, Priority::default());
+        t.close(1);
+        let long = format!("u=1, {}", "x=1, ".repeat(200));
+        assert_eq!(t.apply_update(0, &update(1, &long)), UpdateOutcome::Ignored);
+        assert_eq!(
+            t.apply_update(0, &[0, 0, 0, 1, 0xff]),
+            UpdateOutcome::Invalid
+        );
     }
 
     #[test]
     fn open_streams_are_bounded() {
-        let mut t = StreamPriorities::new(4, 2, ConnectionStats::default());
+        let mut t = StreamPriorities::new(4, 2, None, ConnectionStats::default());
         for id in [1, 3, 5] {
             t.open_request(id, Priority::default());
         }

@@ -7,15 +7,15 @@
 use tower_priority::Priority;
 
 use crate::frame::{self, FrameHeader, CLIENT_PREFACE, HEADER_LEN};
-use crate::hpack::{join_field_lines, PassiveDecoder};
+use crate::hpack::{PassiveDecoder, PriorityField};
 use crate::priorities::StreamPriorities;
 use crate::stats::ConnectionStats;
 
-/// Largest header block we reassemble; a bigger one turns tracking off (h2 itself
-/// refuses header lists far smaller than this by default).
-const MAX_HEADER_BLOCK: usize = 256 * 1024;
-/// Largest payload we copy for the other frames we read (PRIORITY_UPDATE, RST_STREAM).
-const MAX_SMALL_PAYLOAD: usize = 16 * 1024;
+/// Largest header block we reassemble; a bigger one turns tracking off (hyper's h2 refuses
+/// header lists over 16 KiB by default, and HPACK rarely makes a block larger than its list).
+pub(crate) const MAX_HEADER_BLOCK: usize = 64 * 1024;
+/// Longest PRIORITY_UPDATE field value we copy; a longer one is counted invalid unread.
+pub(crate) const MAX_UPDATE_VALUE: usize = 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -54,6 +54,8 @@ pub(crate) struct ReadObserver {
     block_stream: u32,
     block: Vec<u8>,
     in_block: bool,
+    /// The block's HEADERS frame carried END_STREAM: the request is complete with it.
+    block_ends_stream: bool,
     decoder: PassiveDecoder,
 }
 
@@ -65,6 +67,7 @@ impl ReadObserver {
             block_stream: 0,
             block: Vec::new(),
             in_block: false,
+            block_ends_stream: false,
             decoder: PassiveDecoder::new("request", stats),
         }
     }
@@ -136,7 +139,7 @@ impl ReadObserver {
             frame::HEADERS | frame::CONTINUATION => {
                 self.decoder.is_enabled() && self.block.len() + len <= MAX_HEADER_BLOCK
             }
-            frame::PRIORITY_UPDATE | frame::RST_STREAM => len <= MAX_SMALL_PAYLOAD,
+            frame::PRIORITY_UPDATE => len <= 4 + MAX_UPDATE_VALUE,
             _ => false,
         };
         self.payload.clear();
@@ -168,6 +171,7 @@ impl ReadObserver {
                     priorities.apply_update(header.stream_id, &[]);
                 }
             }
+            frame::DATA if header.end_stream() => priorities.request_complete(header.stream_id),
             frame::RST_STREAM => priorities.close(header.stream_id),
             _ => {}
         }
@@ -183,6 +187,7 @@ impl ReadObserver {
         if header.kind == frame::HEADERS {
             self.block.clear();
             self.block_stream = header.stream_id;
+            self.block_ends_stream = header.end_stream();
             self.in_block = true;
         } else if !self.in_block || header.stream_id != self.block_stream {
             // A stray CONTINUATION: h2 will treat it as a connection error.
@@ -211,20 +216,19 @@ impl ReadObserver {
         self.in_block = false;
         let stream_id = self.block_stream;
         let block = std::mem::take(&mut self.block);
-        let fields = self.decoder.priority_fields(&block);
+        let client = match self.decoder.priority_field(&block) {
+            // A client's value is parsed as a client's: a server-only member means nothing.
+            Some(PriorityField::Value(value)) => std::str::from_utf8(value)
+                .map(Priority::parse)
+                .unwrap_or_default(),
+            Some(PriorityField::Absent | PriorityField::TooLong) | None => Priority::default(),
+        };
         self.block = block;
         self.block.clear();
-        let client = fields
-            .map(|values| {
-                if values.is_empty() {
-                    Priority::default()
-                } else {
-                    tower_priority::PriorityParams::parse(&join_field_lines(&values))
-                        .apply_to(Priority::default())
-                }
-            })
-            .unwrap_or_default();
         priorities.open_request(stream_id, client);
+        if self.block_ends_stream {
+            priorities.request_complete(stream_id);
+        }
     }
 }
 
@@ -258,7 +262,7 @@ mod tests {
         let stats = ConnectionStats::default();
         (
             ReadObserver::new(stats.clone()),
-            StreamPriorities::new(16, 128, stats.clone()),
+            StreamPriorities::new(16, 128, None, stats.clone()),
             stats,
         )
     }

@@ -11,8 +11,14 @@
 //!
 //! Barriers are modelled as epochs: frames queued between two SETTINGS frames form an
 //! epoch, only the oldest epoch is served, and its closing SETTINGS leaves last.
+//!
+//! Cost: choosing the next unit does not depend on how many streams or units are queued.
+//! The served epoch keeps an index of its streams' head units (control heads by sequence,
+//! DATA heads by urgency, incremental flag and stream id, DATA heads by sequence), updated
+//! when a head changes and when a stream's priority changes ([`StreamPriorities`] lists
+//! those). Later epochs are indexed when they become the served one, once.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use bytes::Bytes;
 use tower_priority::Priority;
@@ -48,26 +54,145 @@ pub(crate) enum Ordering {
     Rfc9218,
 }
 
-/// What `pop` returns besides the frame.
+/// What [`Scheduler::pop`] reports besides the unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Popped {
     /// A DATA frame written earlier by h2 is still queued behind this one.
     pub(crate) overtook: bool,
 }
 
+/// Where a stream's head unit sits in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Not indexed (the epoch is not served yet).
+    None,
+    /// A header block: eligible only in its turn (`header_order`).
+    HeaderBlock,
+    /// Another non-DATA frame (RST_STREAM, a stream's WINDOW_UPDATE, ...), by sequence.
+    Control(u64),
+    /// DATA, at this priority, by sequence.
+    Data(Priority, u64),
+}
+
+#[derive(Debug)]
+struct StreamQueue {
+    frames: VecDeque<QueuedFrame>,
+    /// The priority the stream is indexed under.
+    priority: Priority,
+    /// Queued DATA units.
+    data_units: usize,
+    head: Head,
+}
+
+/// The served epoch's index of stream heads.
+#[derive(Debug, Default)]
+struct Index {
+    control: BTreeSet<(u64, u32)>,
+    /// Per urgency: non-incremental DATA heads, then incremental ones, by stream id.
+    sequential: [BTreeSet<u32>; 8],
+    incremental: [BTreeSet<u32>; 8],
+    data_by_seq: BTreeSet<(u64, u32)>,
+}
+
 #[derive(Debug, Default)]
 struct Epoch {
     conn: VecDeque<QueuedFrame>,
-    streams: BTreeMap<u32, VecDeque<QueuedFrame>>,
-    /// Sequence numbers of queued header blocks, oldest first.
-    header_order: VecDeque<u64>,
+    streams: HashMap<u32, StreamQueue>,
+    /// Queued header blocks, oldest first: sequence number and stream.
+    header_order: VecDeque<(u64, u32)>,
+    /// Queued DATA units per urgency (exact for the served epoch, as of push elsewhere).
+    data_per_urgency: [usize; 8],
+    index: Index,
+    indexed: bool,
     /// The SETTINGS frame that closes this epoch; `None` for the newest epoch.
     barrier: Option<QueuedFrame>,
+}
+
+fn level(p: Priority) -> usize {
+    usize::from(p.urgency.min(7))
 }
 
 impl Epoch {
     fn is_drained(&self) -> bool {
         self.conn.is_empty() && self.streams.is_empty()
+    }
+
+    fn unindex(&mut self, id: u32) {
+        let Some(q) = self.streams.get_mut(&id) else {
+            return;
+        };
+        match std::mem::replace(&mut q.head, Head::None) {
+            Head::None | Head::HeaderBlock => {}
+            Head::Control(seq) => {
+                self.index.control.remove(&(seq, id));
+            }
+            Head::Data(p, seq) => {
+                let set = if p.incremental {
+                    &mut self.index.incremental
+                } else {
+                    &mut self.index.sequential
+                };
+                set[level(p)].remove(&id);
+                self.index.data_by_seq.remove(&(seq, id));
+            }
+        }
+    }
+
+    fn reindex(&mut self, id: u32) {
+        self.unindex(id);
+        let Some(q) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let Some(front) = q.frames.front() else {
+            return;
+        };
+        q.head = if front.is_data() {
+            let set = if q.priority.incremental {
+                &mut self.index.incremental
+            } else {
+                &mut self.index.sequential
+            };
+            set[level(q.priority)].insert(id);
+            self.index.data_by_seq.insert((front.seq, id));
+            Head::Data(q.priority, front.seq)
+        } else if front.header.is_header_block() {
+            Head::HeaderBlock
+        } else {
+            self.index.control.insert((front.seq, id));
+            Head::Control(front.seq)
+        };
+    }
+
+    /// Moves `id` to `priority` (its DATA counts and its place in the index).
+    fn reprioritize(&mut self, id: u32, priority: Priority) {
+        let Some(q) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if q.priority == priority {
+            return;
+        }
+        self.data_per_urgency[level(q.priority)] -= q.data_units;
+        self.data_per_urgency[level(priority)] += q.data_units;
+        q.priority = priority;
+        if self.indexed {
+            self.reindex(id);
+        }
+    }
+
+    /// Makes this the served epoch: reads every stream's current priority and indexes it.
+    fn build_index(&mut self, priorities: &StreamPriorities) {
+        self.indexed = true;
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            let p = priorities.effective(id);
+            if let Some(q) = self.streams.get_mut(&id) {
+                q.head = Head::None;
+                self.data_per_urgency[level(q.priority)] -= q.data_units;
+                self.data_per_urgency[level(p)] += q.data_units;
+                q.priority = p;
+            }
+            self.reindex(id);
+        }
     }
 }
 
@@ -80,7 +205,10 @@ pub(crate) struct Scheduler {
     /// Per urgency, the last incremental stream served (round-robin cursor).
     round_robin: [u32; 8],
     queued_bytes: usize,
+    queued_units: usize,
     next_seq: u64,
+    /// Scratch list for [`StreamPriorities::take_changes`].
+    changed: Vec<u32>,
 }
 
 impl Scheduler {
@@ -88,10 +216,15 @@ impl Scheduler {
         Scheduler {
             ordering,
             fifo: VecDeque::new(),
-            epochs: VecDeque::from([Epoch::default()]),
+            epochs: VecDeque::from([Epoch {
+                indexed: true,
+                ..Epoch::default()
+            }]),
             round_robin: [0; 8],
             queued_bytes: 0,
+            queued_units: 0,
             next_seq: 0,
+            changed: Vec::new(),
         }
     }
 
@@ -99,9 +232,15 @@ impl Scheduler {
         self.queued_bytes
     }
 
+    /// Units queued (frames, header blocks).
+    pub(crate) fn queued_units(&self) -> usize {
+        self.queued_units
+    }
+
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.queued_bytes == 0
+            && self.queued_units == 0
             && self.fifo.is_empty()
             && self
                 .epochs
@@ -109,11 +248,17 @@ impl Scheduler {
                 .all(|e| e.is_drained() && e.barrier.is_none())
     }
 
-    /// Queues a unit h2 wrote; `ends_stream` as in [`QueuedFrame`].
-    pub(crate) fn push(&mut self, header: FrameHeader, bytes: Bytes) {
+    /// Queues a unit h2 wrote, at the priority `priorities` gives its stream now.
+    pub(crate) fn push(
+        &mut self,
+        header: FrameHeader,
+        bytes: Bytes,
+        priorities: &mut StreamPriorities,
+    ) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queued_bytes += bytes.len();
+        self.queued_units += 1;
         let ends_stream = header.end_stream() || header.kind == frame::RST_STREAM;
         let unit = QueuedFrame {
             header,
@@ -125,6 +270,7 @@ impl Scheduler {
             self.fifo.push_back(unit);
             return;
         }
+        self.sync(priorities);
         let epoch = self
             .epochs
             .back_mut()
@@ -132,18 +278,48 @@ impl Scheduler {
         if header.kind == frame::SETTINGS {
             epoch.barrier = Some(unit);
             self.epochs.push_back(Epoch::default());
-        } else if header.stream_id == 0 {
-            epoch.conn.push_back(unit);
-        } else {
-            if header.is_header_block() {
-                epoch.header_order.push_back(seq);
-            }
-            epoch
-                .streams
-                .entry(header.stream_id)
-                .or_default()
-                .push_back(unit);
+            return;
         }
+        if header.stream_id == 0 {
+            epoch.conn.push_back(unit);
+            return;
+        }
+        let id = header.stream_id;
+        if header.is_header_block() {
+            epoch.header_order.push_back((seq, id));
+        }
+        let is_data = unit.is_data();
+        let q = epoch.streams.entry(id).or_insert_with(|| StreamQueue {
+            frames: VecDeque::new(),
+            priority: priorities.effective(id),
+            data_units: 0,
+            head: Head::None,
+        });
+        let was_empty = q.frames.is_empty();
+        q.frames.push_back(unit);
+        if is_data {
+            q.data_units += 1;
+            epoch.data_per_urgency[level(q.priority)] += 1;
+        }
+        if was_empty && epoch.indexed {
+            epoch.reindex(id);
+        }
+    }
+
+    /// Applies the priority changes `priorities` lists to the served epoch's index.
+    fn sync(&mut self, priorities: &mut StreamPriorities) {
+        let mut changed = std::mem::take(&mut self.changed);
+        let all = priorities.take_changes(&mut changed);
+        if let Some(epoch) = self.epochs.front_mut() {
+            if all {
+                let ids: Vec<u32> = epoch.streams.keys().copied().collect();
+                changed.extend(ids);
+            }
+            for &id in &changed {
+                epoch.reprioritize(id, priorities.effective(id));
+            }
+        }
+        self.changed = changed;
     }
 
     /// True when a DATA frame of `stream_id` is queued where it can go next (at the head of
@@ -158,35 +334,42 @@ impl Scheduler {
                 .epochs
                 .front()
                 .and_then(|e| e.streams.get(&stream_id))
-                .and_then(|q| q.front())
+                .and_then(|q| q.frames.front())
                 .is_some_and(QueuedFrame::is_data),
         }
     }
 
-    /// The least urgent priority among streams with queued DATA (for admission).
-    pub(crate) fn least_urgent_queued(&self, priorities: &StreamPriorities) -> Option<u8> {
-        let from_fifo = self
-            .fifo
-            .iter()
-            .filter(|f| f.is_data())
-            .map(|f| f.header.stream_id);
-        let from_epochs = self.epochs.iter().flat_map(|e| e.streams.keys().copied());
-        from_fifo
-            .chain(from_epochs)
-            .map(|id| priorities.effective(id).urgency)
-            .max()
+    /// The least urgent priority among queued DATA (for admission); `None` in order, where
+    /// nothing is admitted ahead of the queue.
+    pub(crate) fn least_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        if self.ordering == Ordering::InOrder {
+            return None;
+        }
+        self.sync(priorities);
+        (0..8u8).rev().find(|&u| {
+            self.epochs
+                .iter()
+                .any(|e| e.data_per_urgency[usize::from(u)] > 0)
+        })
     }
 
     /// Takes the next unit to put on the wire.
-    pub(crate) fn pop(&mut self, priorities: &StreamPriorities) -> Option<(QueuedFrame, Popped)> {
+    pub(crate) fn pop(
+        &mut self,
+        priorities: &mut StreamPriorities,
+    ) -> Option<(QueuedFrame, Popped)> {
         let popped = match self.ordering {
             Ordering::InOrder => self
                 .fifo
                 .pop_front()
                 .map(|f| (f, Popped { overtook: false })),
-            Ordering::Rfc9218 => self.pop_rfc9218(priorities),
+            Ordering::Rfc9218 => {
+                self.sync(priorities);
+                self.pop_rfc9218(priorities)
+            }
         }?;
         self.queued_bytes -= popped.0.bytes.len();
+        self.queued_units -= 1;
         Some(popped)
     }
 
@@ -197,37 +380,37 @@ impl Scheduler {
             // The epoch's barrier leaves last; the newest epoch has none and waits.
             epoch.barrier.as_ref()?;
             let barrier = self.epochs.pop_front().and_then(|e| e.barrier);
-            if self.epochs.is_empty() {
-                self.epochs.push_back(Epoch::default());
+            match self.epochs.front_mut() {
+                Some(next) => next.build_index(priorities),
+                None => self.epochs.push_back(Epoch {
+                    indexed: true,
+                    ..Epoch::default()
+                }),
             }
             return barrier.map(|b| (b, not_reordered));
         }
         if let Some(unit) = epoch.conn.pop_front() {
             return Some((unit, not_reordered));
         }
-        let chosen = Self::next_stream(epoch, &self.round_robin, priorities)?;
-        let p = priorities.effective(chosen);
-        if p.incremental
-            && epoch.streams[&chosen]
-                .front()
-                .is_some_and(QueuedFrame::is_data)
-        {
-            self.round_robin[usize::from(p.urgency.min(7))] = chosen;
-        }
-        let oldest_data = epoch
-            .streams
-            .values()
-            .filter_map(|q| q.front())
-            .filter(|f| f.is_data())
-            .map(|f| f.seq)
-            .min();
-        let queue = epoch
+        let chosen = Self::next_stream(epoch, &self.round_robin)?;
+        let oldest_data = epoch.index.data_by_seq.first().map(|&(seq, _)| seq);
+        let q = epoch
             .streams
             .get_mut(&chosen)
             .expect("chosen stream has a queue");
-        let unit = queue.pop_front().expect("chosen stream has a frame");
-        if queue.is_empty() {
+        let unit = q.frames.pop_front().expect("chosen stream has a frame");
+        if unit.is_data() {
+            q.data_units -= 1;
+            epoch.data_per_urgency[level(q.priority)] -= 1;
+            if q.priority.incremental {
+                self.round_robin[level(q.priority)] = chosen;
+            }
+        }
+        if q.frames.is_empty() {
+            epoch.unindex(chosen);
             epoch.streams.remove(&chosen);
+        } else {
+            epoch.reindex(chosen);
         }
         if unit.header.is_header_block() {
             epoch.header_order.pop_front();
@@ -237,87 +420,71 @@ impl Scheduler {
     }
 
     /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
-    pub(crate) fn next_data_urgency(&self, priorities: &StreamPriorities) -> Option<u8> {
-        let stream = match self.ordering {
-            Ordering::InOrder => self.fifo.front().filter(|f| f.is_data())?.header.stream_id,
+    pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        match self.ordering {
+            Ordering::InOrder => {
+                let stream = self.fifo.front().filter(|f| f.is_data())?.header.stream_id;
+                Some(priorities.effective(stream).urgency)
+            }
             Ordering::Rfc9218 => {
+                self.sync(priorities);
                 let epoch = self.epochs.front()?;
                 if !epoch.conn.is_empty() {
                     return None;
                 }
-                let id = Self::next_stream(epoch, &self.round_robin, priorities)?;
-                epoch.streams[&id].front().filter(|f| f.is_data())?;
-                id
+                let id = Self::next_stream(epoch, &self.round_robin)?;
+                let q = &epoch.streams[&id];
+                q.frames.front().filter(|f| f.is_data())?;
+                Some(q.priority.urgency)
             }
-        };
-        Some(priorities.effective(stream).urgency)
+        }
     }
 
-    /// The stream whose head unit goes next in `epoch` (stream-0 frames aside).
-    fn next_stream(
-        epoch: &Epoch,
-        round_robin: &[u32; 8],
-        priorities: &StreamPriorities,
-    ) -> Option<u32> {
-        let header_turn = epoch.header_order.front().copied();
+    /// The stream whose head unit goes next in the served `epoch` (stream-0 frames aside).
+    fn next_stream(epoch: &Epoch, round_robin: &[u32; 8]) -> Option<u32> {
         // Non-DATA heads go first, oldest first; a header block only in its turn.
-        let control = epoch
-            .streams
-            .iter()
-            .filter_map(|(&id, q)| q.front().map(|f| (id, f)))
-            .filter(|(_, f)| {
-                !f.is_data() && (!f.header.is_header_block() || Some(f.seq) == header_turn)
-            })
-            .min_by_key(|(_, f)| f.seq)
-            .map(|(id, _)| id);
-        // Without a control frame there is DATA: the oldest header block is either at the
-        // head of its stream (then it is a control candidate) or behind that stream's DATA.
-        match control {
-            Some(id) => Some(id),
-            None => Self::choose_data(epoch, header_turn, round_robin, priorities),
+        let header_turn = epoch.header_order.front().copied().filter(|&(seq, id)| {
+            epoch.streams[&id]
+                .frames
+                .front()
+                .is_some_and(|f| f.seq == seq)
+        });
+        let control = epoch.index.control.first().copied();
+        match (header_turn, control) {
+            (Some(h), Some(c)) => Some(if h.0 < c.0 { h.1 } else { c.1 }),
+            (Some((_, id)), None) | (None, Some((_, id))) => Some(id),
+            (None, None) => Self::choose_data(epoch, round_robin),
         }
     }
 
     /// Picks the stream whose DATA goes next (RFC 9218 §10).
-    fn choose_data(
-        epoch: &Epoch,
-        header_turn: Option<u64>,
-        round_robin: &[u32; 8],
-        priorities: &StreamPriorities,
-    ) -> Option<u32> {
+    fn choose_data(epoch: &Epoch, round_robin: &[u32; 8]) -> Option<u32> {
         // A header block waiting behind its own stream's DATA (trailers) blocks every later
         // header block: that stream inherits the highest priority until it is through.
-        if let Some(turn) = header_turn {
-            let blocker = epoch
-                .streams
-                .iter()
-                .find(|(_, q)| q.iter().any(|f| f.seq == turn))
-                .map(|(&id, _)| id);
-            if let Some(id) = blocker {
-                if epoch.streams[&id].front().is_some_and(|f| f.is_data()) {
-                    return Some(id);
-                }
+        if let Some(&(_, id)) = epoch.header_order.front() {
+            if epoch.streams[&id]
+                .frames
+                .front()
+                .is_some_and(QueuedFrame::is_data)
+            {
+                return Some(id);
             }
         }
-        let candidates: Vec<(u32, Priority)> = epoch
-            .streams
-            .iter()
-            .filter(|(_, q)| q.front().is_some_and(|f| f.is_data()))
-            .map(|(&id, _)| (id, priorities.effective(id)))
-            .collect();
-        let urgency = candidates.iter().map(|(_, p)| p.urgency).min()?;
-        let level = candidates.iter().filter(|(_, p)| p.urgency == urgency);
-        // Non-incremental responses one at a time, lowest stream id first (the map is sorted).
-        if let Some(&(id, _)) = level.clone().find(|(_, p)| !p.incremental) {
+        let index = &epoch.index;
+        let urgency = (0..8)
+            .find(|&u| !index.sequential[u].is_empty() || !index.incremental[u].is_empty())?;
+        // Non-incremental responses one at a time, lowest stream id first.
+        if let Some(&id) = index.sequential[urgency].first() {
             return Some(id);
         }
         // Incremental ones share the link frame by frame, after the last one served.
-        let last = round_robin[usize::from(urgency.min(7))];
+        let level = &index.incremental[urgency];
+        let last = round_robin[urgency];
         level
-            .clone()
-            .map(|(id, _)| *id)
-            .find(|&id| id > last)
-            .or_else(|| level.map(|(id, _)| *id).next())
+            .range(last.saturating_add(1)..)
+            .next()
+            .or_else(|| level.first())
+            .copied()
     }
 }
 
@@ -340,12 +507,12 @@ mod tests {
         (header, Bytes::from(bytes))
     }
 
-    fn drain(s: &mut Scheduler, p: &StreamPriorities) -> Vec<(u8, u32)> {
+    fn drain(s: &mut Scheduler, p: &mut StreamPriorities) -> Vec<(u8, u32)> {
         std::iter::from_fn(|| s.pop(p).map(|(f, _)| (f.header.kind, f.header.stream_id))).collect()
     }
 
     fn priorities(list: &[(u32, &str)]) -> StreamPriorities {
-        let mut p = StreamPriorities::new(8, 100, ConnectionStats::default());
+        let mut p = StreamPriorities::new(8, 100, None, ConnectionStats::default());
         for (id, v) in list {
             p.open_request(*id, Priority::parse(v));
         }
@@ -354,7 +521,7 @@ mod tests {
 
     #[test]
     fn urgent_data_overtakes_bulk_but_headers_keep_order() {
-        let p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=0")]);
+        let mut p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=0")]);
         let mut s = Scheduler::new(Ordering::Rfc9218);
         for (h, b) in [
             unit(frame::HEADERS, 4, 1, 10),
@@ -365,9 +532,9 @@ mod tests {
             unit(frame::HEADERS, 4, 5, 10),
             unit(frame::DATA, 1, 5, 100),
         ] {
-            s.push(h, b);
+            s.push(h, b, &mut p);
         }
-        let order = drain(&mut s, &p);
+        let order = drain(&mut s, &mut p);
         assert_eq!(
             order,
             vec![
@@ -386,17 +553,21 @@ mod tests {
 
     #[test]
     fn settings_is_a_barrier() {
-        let p = priorities(&[(1, "u=5"), (3, "u=0")]);
+        let mut p = priorities(&[(1, "u=5"), (3, "u=0")]);
         let mut s = Scheduler::new(Ordering::Rfc9218);
-        s.push(unit(frame::DATA, 0, 1, 10).0, unit(frame::DATA, 0, 1, 10).1);
+        s.push(
+            unit(frame::DATA, 0, 1, 10).0,
+            unit(frame::DATA, 0, 1, 10).1,
+            &mut p,
+        );
         let (h, b) = unit(frame::SETTINGS, frame::FLAG_ACK, 0, 0);
-        s.push(h, b);
+        s.push(h, b, &mut p);
         let (h, b) = unit(frame::DATA, 0, 3, 10);
-        s.push(h, b);
+        s.push(h, b, &mut p);
         let (h, b) = unit(PING, 0, 0, 8);
-        s.push(h, b);
+        s.push(h, b, &mut p);
         assert_eq!(
-            drain(&mut s, &p),
+            drain(&mut s, &mut p),
             vec![
                 (frame::DATA, 1),
                 (frame::SETTINGS, 0),
@@ -408,7 +579,7 @@ mod tests {
 
     #[test]
     fn trailers_blocking_header_order_lift_their_stream() {
-        let p = priorities(&[(1, "u=7"), (3, "u=0")]);
+        let mut p = priorities(&[(1, "u=7"), (3, "u=0")]);
         let mut s = Scheduler::new(Ordering::Rfc9218);
         for (h, b) in [
             unit(frame::DATA, 0, 1, 10),
@@ -416,10 +587,10 @@ mod tests {
             unit(frame::HEADERS, 4, 3, 3),
             unit(frame::DATA, 1, 3, 10),
         ] {
-            s.push(h, b);
+            s.push(h, b, &mut p);
         }
         assert_eq!(
-            drain(&mut s, &p),
+            drain(&mut s, &mut p),
             vec![
                 (frame::DATA, 1),
                 (frame::HEADERS, 1),
@@ -431,36 +602,42 @@ mod tests {
 
     #[test]
     fn incremental_round_robin_and_non_incremental_in_id_order() {
-        let p = priorities(&[(1, "u=3, i"), (3, "u=3, i"), (5, "u=3"), (7, "u=3")]);
+        let mut p = priorities(&[(1, "u=3, i"), (3, "u=3, i"), (5, "u=3"), (7, "u=3")]);
         let mut s = Scheduler::new(Ordering::Rfc9218);
         for id in [1, 3, 1, 3, 7, 5, 7, 5] {
             let (h, b) = unit(frame::DATA, 0, id, 10);
-            s.push(h, b);
+            s.push(h, b, &mut p);
         }
-        let ids: Vec<u32> = drain(&mut s, &p).into_iter().map(|(_, id)| id).collect();
+        let ids: Vec<u32> = drain(&mut s, &mut p)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
         assert_eq!(ids, vec![5, 5, 7, 7, 1, 3, 1, 3]);
     }
 
     #[test]
     fn next_data_urgency_peeks_without_changing_the_turn() {
-        let p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=2")]);
+        let mut p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=2")]);
         let mut s = Scheduler::new(Ordering::Rfc9218);
         for (h, b) in [
             unit(frame::HEADERS, 4, 1, 3),
             unit(frame::DATA, 0, 1, 10),
             unit(frame::DATA, 0, 3, 10),
         ] {
-            s.push(h, b);
+            s.push(h, b, &mut p);
         }
         // A header block goes next: no DATA to hold.
-        assert_eq!(s.next_data_urgency(&p), None);
-        s.pop(&p);
-        assert_eq!(s.next_data_urgency(&p), Some(5));
-        assert_eq!(s.next_data_urgency(&p), Some(5));
+        assert_eq!(s.next_data_urgency(&mut p), None);
+        s.pop(&mut p);
+        assert_eq!(s.next_data_urgency(&mut p), Some(5));
+        assert_eq!(s.next_data_urgency(&mut p), Some(5));
         let (h, b) = unit(frame::DATA, 1, 5, 10);
-        s.push(h, b);
-        assert_eq!(s.next_data_urgency(&p), Some(2));
-        let order: Vec<u32> = drain(&mut s, &p).into_iter().map(|(_, id)| id).collect();
+        s.push(h, b, &mut p);
+        assert_eq!(s.next_data_urgency(&mut p), Some(2));
+        let order: Vec<u32> = drain(&mut s, &mut p)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
         assert_eq!(
             order,
             vec![5, 1, 3],
@@ -470,13 +647,16 @@ mod tests {
 
     #[test]
     fn in_order_keeps_h2_order() {
-        let p = priorities(&[(1, "u=7"), (3, "u=0")]);
+        let mut p = priorities(&[(1, "u=7"), (3, "u=0")]);
         let mut s = Scheduler::new(Ordering::InOrder);
         for id in [1, 3, 1] {
             let (h, b) = unit(frame::DATA, 0, id, 10);
-            s.push(h, b);
+            s.push(h, b, &mut p);
         }
-        let ids: Vec<u32> = drain(&mut s, &p).into_iter().map(|(_, id)| id).collect();
+        let ids: Vec<u32> = drain(&mut s, &mut p)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
         assert_eq!(ids, vec![1, 3, 1]);
     }
 }

@@ -34,7 +34,10 @@ struct Counters {
     priority_updates_invalid: AtomicU64,
     queued_bytes: AtomicU64,
     queued_bytes_high_water: AtomicU64,
+    queued_memory_high_water: AtomicU64,
     hpack_failures: AtomicU64,
+    priority_values_too_long: AtomicU64,
+    bytes_read: AtomicU64,
 }
 
 /// A point-in-time copy of [`ConnectionStats`].
@@ -67,8 +70,16 @@ pub struct StatsSnapshot {
     pub queued_bytes: u64,
     /// Highest value `queued_bytes` reached.
     pub queued_bytes_high_water: u64,
+    /// Highest memory the write queue accounted for: wire bytes plus a fixed overhead per
+    /// queued unit (frame or header block). This is what the soft and hard limits bound.
+    pub queued_memory_high_water: u64,
     /// HPACK decode failures (each turns priority tracking off for that direction).
     pub hpack_failures: u64,
+    /// Requests whose `priority` field lines were longer than the observer keeps (1 KiB
+    /// decoded, all lines together); they get the default priority.
+    pub priority_values_too_long: u64,
+    /// Bytes read from the transport (the client's plaintext).
+    pub bytes_read: u64,
 }
 
 macro_rules! adders {
@@ -91,13 +102,19 @@ impl ConnectionStats {
         add_update_ignored => priority_updates_ignored,
         add_update_invalid => priority_updates_invalid,
         add_hpack_failure => hpack_failures,
+        add_priority_value_too_long => priority_values_too_long,
+        add_bytes_read => bytes_read,
     }
 
-    /// Records the current number of queued bytes and raises the high-water mark.
-    pub(crate) fn set_queued(&self, bytes: usize) {
+    /// Records the current queue size (wire bytes, and the memory accounted for them) and
+    /// raises the high-water marks.
+    pub(crate) fn set_queued(&self, bytes: usize, memory: usize) {
         let bytes = bytes as u64;
         self.inner.queued_bytes.store(bytes, Relaxed);
         self.inner.queued_bytes_high_water.fetch_max(bytes, Relaxed);
+        self.inner
+            .queued_memory_high_water
+            .fetch_max(memory as u64, Relaxed);
     }
 
     /// Reads every counter.
@@ -115,7 +132,10 @@ impl ConnectionStats {
             priority_updates_invalid: c.priority_updates_invalid.load(Relaxed),
             queued_bytes: c.queued_bytes.load(Relaxed),
             queued_bytes_high_water: c.queued_bytes_high_water.load(Relaxed),
+            queued_memory_high_water: c.queued_memory_high_water.load(Relaxed),
             hpack_failures: c.hpack_failures.load(Relaxed),
+            priority_values_too_long: c.priority_values_too_long.load(Relaxed),
+            bytes_read: c.bytes_read.load(Relaxed),
         }
     }
 }

@@ -69,6 +69,7 @@ impl<T: Transport> FlushStream<T> {
             priorities: StreamPriorities::new(
                 config.max_early_updates,
                 config.max_tracked_streams,
+                config.reorder.then_some(config.anticipate).flatten(),
                 stats.clone(),
             ),
             read: ReadObserver::new(stats.clone()),
@@ -97,13 +98,13 @@ impl<T: Transport> FlushStream<T> {
         if self.mode != Mode::Undecided {
             return;
         }
+        // An HTTP/2 server's first bytes are its SETTINGS frame (RFC 9113 §3.4), whatever
+        // the client sent: a client's preface alone does not make the server speak HTTP/2
+        // (an HTTP/1-only server answers it with an HTTP/1 error response).
         self.mode = match self.read.verdict() {
-            Verdict::Http2 => Mode::Http2,
             Verdict::NotHttp2 => Mode::PassThrough,
-            // h2 servers write their SETTINGS before reading the preface; an HTTP/1
-            // server never writes first, and its responses start with "HTTP/".
-            Verdict::Undecided if buf.starts_with(b"HTTP/") => Mode::PassThrough,
-            Verdict::Undecided => Mode::Http2,
+            Verdict::Http2 | Verdict::Undecided if starts_with_server_settings(buf) => Mode::Http2,
+            Verdict::Http2 | Verdict::Undecided => Mode::PassThrough,
         };
         tracing::debug!(
             http2 = self.mode == Mode::Http2,
@@ -158,12 +159,27 @@ impl<T: Transport> FlushStream<T> {
             ))?;
             if self.write.queued_bytes() == queued_after_absorb {
                 // No progress without blocking: DATA is held for an urgent response
-                // (anticipation). Ask to be polled again rather than spin here.
-                cx.waker().wake_by_ref();
+                // (anticipation), and the hold's timer will wake the task.
+                if !self.write.is_holding() {
+                    cx.waker().wake_by_ref();
+                }
                 return Poll::Pending;
             }
         }
     }
+}
+
+/// True when `buf` starts with a SETTINGS frame header as a server's preface has it: not
+/// an ACK, on stream 0, a whole number of settings (an HTTP/1 response never parses so:
+/// `HTTP/1.1 ...` reads as type `P`).
+fn starts_with_server_settings(buf: &[u8]) -> bool {
+    crate::frame::FrameHeader::parse(buf).is_some_and(|h| {
+        h.kind == crate::frame::SETTINGS
+            && h.flags & crate::frame::FLAG_ACK == 0
+            && h.stream_id == 0
+            && h.length % 6 == 0
+            && buf[5] & 0x80 == 0
+    })
 }
 
 impl<T: Transport> AsyncRead for FlushStream<T> {
@@ -175,8 +191,9 @@ impl<T: Transport> AsyncRead for FlushStream<T> {
         let this = &mut *self;
         let before = buf.filled().len();
         let result = Pin::new(&mut this.io).poll_read(cx, buf);
+        let new = &buf.filled()[before..];
+        this.stats.add_bytes_read(new.len() as u64);
         if this.mode != Mode::PassThrough {
-            let new = &buf.filled()[before..];
             if !new.is_empty() {
                 this.read.observe(new, &mut this.priorities);
                 if this.mode == Mode::Undecided && this.read.verdict() == Verdict::NotHttp2 {

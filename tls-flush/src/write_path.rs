@@ -9,19 +9,29 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use tower_priority::PriorityParams;
 
-use crate::absorb::{FrameAssembler, Step};
+use crate::absorb::{FrameAssembler, Step, PIECE};
+use crate::anticipation::HoldClock;
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame::{self, FrameHeader};
-use crate::hpack::{join_field_lines, PassiveDecoder};
+use crate::hpack::{PassiveDecoder, PriorityField};
 use crate::priorities::StreamPriorities;
 use crate::scheduler::{Ordering, QueuedFrame, Scheduler};
 use crate::stats::ConnectionStats;
 use crate::transport::Transport;
 
+/// Memory accounted for each queued unit (frame or header block) besides its wire bytes:
+/// the unit's bookkeeping and its share of per-stream state. With it the byte limits also
+/// bound the number of units (at most `hard_limit / UNIT_OVERHEAD`).
+pub(crate) const UNIT_OVERHEAD: usize = 128;
+
 /// The server-to-client half of an HTTP/2 connection.
 #[derive(Debug)]
 pub(crate) struct WritePath {
     assembler: FrameAssembler,
+    /// The last piece of a streamed frame is queued: nothing else is admitted until the
+    /// queue is empty, so that no unit can come between its pieces.
+    streamed_tail: bool,
+    hold: HoldClock,
     /// A header block whose CONTINUATIONs are still arriving.
     open_block: Option<(FrameHeader, BytesMut)>,
     decoder: PassiveDecoder,
@@ -48,8 +58,8 @@ struct RecordWriter {
     holdable: bool,
     /// The open chunk already waited its one turn.
     held: bool,
-    /// Less urgent DATA is being held for an urgent response that is about to be written.
-    anticipating: bool,
+    /// Less urgent DATA is held until then for an urgent response about to be written.
+    hold_until: Option<Instant>,
     /// The frame whose bytes are being copied into chunks, how far, and whether it is bulk.
     current: Option<(QueuedFrame, usize, bool)>,
     sent_since_idle: u64,
@@ -73,6 +83,8 @@ impl WritePath {
         };
         WritePath {
             assembler: FrameAssembler::default(),
+            streamed_tail: false,
+            hold: HoldClock::new(config.anticipation_budget, stats.clone()),
             open_block: None,
             decoder: PassiveDecoder::new("response", stats.clone()),
             scheduler: Scheduler::new(ordering),
@@ -95,6 +107,24 @@ impl WritePath {
             - self.writer.written
     }
 
+    /// The memory the queue accounts for: wire bytes plus [`UNIT_OVERHEAD`] per unit.
+    pub(crate) fn queued_memory(&self) -> usize {
+        let units = self.scheduler.queued_units()
+            + usize::from(self.open_block.is_some())
+            + usize::from(self.writer.current.is_some());
+        self.queued_bytes() + units * UNIT_OVERHEAD
+    }
+
+    fn record_queue_size(&self) {
+        self.stats
+            .set_queued(self.queued_bytes(), self.queued_memory());
+    }
+
+    /// True while DATA is held for an urgent response (a timer will wake the task).
+    pub(crate) fn is_holding(&self) -> bool {
+        self.writer.hold_until.is_some()
+    }
+
     /// Takes what it may of `buf` (h2's bytes) and returns how much.
     pub(crate) fn absorb(
         &mut self,
@@ -104,6 +134,9 @@ impl WritePath {
     ) -> usize {
         let mut taken = 0;
         loop {
+            if self.assembler.is_streaming() && !self.room_for_piece(config) {
+                break;
+            }
             match self.assembler.step(&buf[taken..]) {
                 Step::NeedInput(n) => {
                     taken += n;
@@ -119,17 +152,39 @@ impl WritePath {
                         break;
                     }
                     taken += n;
-                    self.assembler.admit();
+                    if is_streamed(&header, config) {
+                        self.assembler.admit_streaming();
+                    } else {
+                        self.assembler.admit();
+                    }
                 }
                 Step::Frame(n, header, bytes) => {
                     taken += n;
                     let bytes = self.rewrite_first_settings(header, bytes, config);
                     self.collect_unit(header, bytes, priorities);
                 }
+                Step::Piece(n, header, bytes, last) => {
+                    taken += n;
+                    // END_STREAM belongs to the last piece: only then is the stream done.
+                    let flags = if last {
+                        header.flags
+                    } else {
+                        header.flags & !frame::FLAG_END_STREAM
+                    };
+                    self.scheduler
+                        .push(FrameHeader { flags, ..header }, bytes, priorities);
+                    self.streamed_tail = last;
+                }
             }
         }
-        self.stats.set_queued(self.queued_bytes());
+        self.record_queue_size();
         taken
+    }
+
+    /// A streamed frame's next piece fits: nothing but its earlier pieces can be queued.
+    fn room_for_piece(&self, config: &FlushConfig) -> bool {
+        self.scheduler.queued_units() == 0
+            || self.queued_memory() + PIECE + UNIT_OVERHEAD <= config.soft_limit
     }
 
     /// True when h2 left a frame half written (only a flush of whole frames is possible).
@@ -150,7 +205,7 @@ impl WritePath {
         flushing: bool,
     ) -> Poll<io::Result<()>> {
         let result = self.drive_inner(cx, io, config, priorities, flushing);
-        self.stats.set_queued(self.queued_bytes());
+        self.record_queue_size();
         result
     }
 
@@ -197,10 +252,11 @@ impl WritePath {
                 ready!(io.poll_write_ready(cx))?;
             }
             let cut = self.fill_chunk(config, priorities);
-            if self.writer.anticipating && !cut {
-                // Poll again soon: the urgent response's HEADERS or the bound ends the hold.
-                // (A timer would tie the wrapper to Tokio's time driver; the hold is a few ms.)
-                cx.waker().wake_by_ref();
+            if let (Some(until), false) = (self.writer.hold_until, cut) {
+                // The urgent response's HEADERS (a write from h2) or the timer ends the hold.
+                if self.hold.poll_until(cx, until).is_ready() {
+                    continue;
+                }
                 if flushing && !self.writer.chunk.is_empty() {
                     self.writer.seal(false);
                     continue;
@@ -264,20 +320,17 @@ impl WritePath {
                     if !config.pack && !w.chunk.is_empty() {
                         return false;
                     }
-                    if let (true, Some(bound)) = (config.reorder, config.anticipate) {
-                        let next = self.scheduler.next_data_urgency(priorities);
-                        if next.is_some_and(|u| {
-                            priorities.awaiting_more_urgent(u, bound, Instant::now())
-                        }) {
-                            if !w.anticipating {
-                                w.anticipating = true;
-                                self.stats.add_anticipation_hold(1);
-                                tracing::trace!(?next, "holding DATA for an urgent response");
-                            }
+                    if config.reorder && config.anticipate.is_some() {
+                        let now = Instant::now();
+                        let wanted = self
+                            .scheduler
+                            .next_data_urgency(priorities)
+                            .and_then(|u| priorities.hold_deadline(u, now));
+                        w.hold_until = self.hold.update(wanted, now);
+                        if w.hold_until.is_some() {
                             return false;
                         }
                     }
-                    w.anticipating = false;
                     let Some((frame, popped)) = self.scheduler.pop(priorities) else {
                         return false;
                     };
@@ -328,13 +381,24 @@ impl WritePath {
 impl WritePath {
     /// Whether to take the frame `header` announces now (DESIGN, write path step 1).
     fn admit(
-        &self,
+        &mut self,
         header: &FrameHeader,
         config: &FlushConfig,
-        priorities: &StreamPriorities,
+        priorities: &mut StreamPriorities,
     ) -> bool {
-        let queued = self.queued_bytes();
-        if queued == 0 || queued + header.frame_len() <= config.soft_limit {
+        if self.streamed_tail {
+            if self.scheduler.queued_units() > 0 {
+                return false;
+            }
+            self.streamed_tail = false;
+        }
+        let queued = self.queued_memory();
+        if is_streamed(header, config) {
+            // Written through in pieces, once everything before it is out.
+            return queued == 0;
+        }
+        let cost = header.frame_len() + UNIT_OVERHEAD;
+        if queued == 0 || queued + cost <= config.soft_limit {
             return true;
         }
         // The rest of a header block already begun: it cannot leave until complete, so
@@ -343,18 +407,19 @@ impl WritePath {
         if header.kind == frame::CONTINUATION && self.open_block.is_some() {
             return true;
         }
-        if queued + header.frame_len() > config.hard_limit {
+        if queued + cost > config.hard_limit {
             return false;
         }
         // Past the soft limit only what would be sent ahead of the queue gets in.
         if header.kind != frame::DATA {
             return true;
         }
+        let urgency = priorities.effective(header.stream_id).urgency;
         config.reorder
             && self
                 .scheduler
                 .least_urgent_queued(priorities)
-                .is_some_and(|least| priorities.effective(header.stream_id).urgency < least)
+                .is_some_and(|least| urgency < least)
     }
 
     /// Appends SETTINGS_NO_RFC7540_PRIORITIES = 1 to h2's first SETTINGS frame (RFC 9218 §2.1),
@@ -405,7 +470,7 @@ impl WritePath {
         {
             if let Some((first, block)) = self.open_block.take() {
                 observe_response_headers(first, &block, &mut self.decoder, priorities);
-                self.scheduler.push(first, block.freeze());
+                self.scheduler.push(first, block.freeze(), priorities);
             }
         }
     }
@@ -441,8 +506,18 @@ impl WritePath {
         if unit_header.is_header_block() {
             observe_response_headers(unit_header, &unit, &mut self.decoder, priorities);
         }
-        self.scheduler.push(unit_header, unit);
+        self.scheduler.push(unit_header, unit, priorities);
     }
+}
+
+/// Frames up to this size are held whole even when the hard limit is set lower.
+const STREAMED_ABOVE: usize = 1024 * 1024;
+
+/// DATA too large to hold whole (over the hard limit, and over 1 MiB: a client may let h2
+/// write frames of up to 16 MiB) is written through in pieces.
+fn is_streamed(header: &FrameHeader, config: &FlushConfig) -> bool {
+    header.kind == frame::DATA
+        && header.frame_len() + UNIT_OVERHEAD > config.hard_limit.max(STREAMED_ABOVE)
 }
 
 /// Decodes an outgoing header block (keeping the mirrored HPACK state in step) and records
@@ -464,11 +539,12 @@ fn observe_response_headers(
         }
         rest = &rest[h.frame_len()..];
     }
-    let fields = decoder.priority_fields(&block);
+    let field = decoder.priority_field(&block);
     if first.kind == frame::HEADERS {
-        let pinned = fields
-            .filter(|values| !values.is_empty())
-            .map(|values| PriorityParams::parse(&join_field_lines(&values)));
+        let pinned = match field {
+            Some(PriorityField::Value(value)) => Some(PriorityParams::parse(value)),
+            Some(PriorityField::Absent | PriorityField::TooLong) | None => None,
+        };
         priorities.response_started(first.stream_id, pinned);
     }
 }

@@ -11,6 +11,9 @@
 //!   minimized fuzz input and a hand-written version of the same frame sequence. Fixed by
 //!   queueing an interrupted header block as it is (`write_path.rs`,
 //!   `close_interrupted_block`).
+//! - One finding is open: a header block still unfinished when h2 shuts down is dropped.
+//!   Its test is `#[ignore]`d (it fails); run it with
+//!   `cargo test -p tls-flush --test fuzz_regressions -- --ignored`.
 
 #[path = "../../fuzz/src/harness.rs"]
 mod harness;
@@ -18,9 +21,10 @@ mod harness;
 use std::path::{Path, PathBuf};
 
 use harness::{
-    run_priority_parse, run_priority_update_parse, run_read_observer, run_write_case,
-    run_write_pipeline_with, Frame, WriteCase, CONTINUATION, DATA, END_HEADERS, END_STREAM,
-    HEADERS, PING,
+    observer_model, run_priority_parse, run_priority_update_parse, run_read_case,
+    run_read_observer, run_write_case, run_write_pipeline_with, Frame, Preface, ReadCase, ReadPlan,
+    WriteCase, CONTINUATION, DATA, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE,
+    PRIORITY_UPDATE,
 };
 use tls_flush::Policy;
 
@@ -54,8 +58,8 @@ fn replay(target: &str, check: impl Fn(&[u8]) -> Result<(), String>) {
 
 #[test]
 fn corpus_write_pipeline() {
-    // Strict where the input follows h2's header-block grammar (always), tolerant of the
-    // known findings below otherwise, as the fuzzer runs by default.
+    // As the fuzzer runs by default: every check, tolerating only the open finding (a header
+    // block left unfinished at the end stays undelivered).
     replay("write_pipeline", |data| {
         run_write_pipeline_with(data, false)
     });
@@ -77,11 +81,11 @@ fn corpus_priority_update_parse() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Findings of write_pipeline (TLS_FLUSH_FUZZ_STRICT=1). All need h2 to write header blocks
-// that break RFC 9113 §6.2/§6.10 (a HEADERS or PUSH_PROMISE without END_HEADERS must be
-// followed at once by CONTINUATIONs of the same stream), which h2 does not do; but the
-// wrapper's contract is to never lose, duplicate or reorder a stream's bytes, and to never
-// spin, whatever it is given.
+// Findings of write_pipeline (the first four on f393709, fixed by 63d75e0; the comments
+// describe the bug as found). All need h2 to write header blocks that break RFC 9113
+// §6.2/§6.10 (a HEADERS or PUSH_PROMISE without END_HEADERS must be followed at once by
+// CONTINUATIONs of the same stream), which h2 does not do; but the wrapper's contract is to
+// never lose, duplicate or reorder a stream's bytes, and to never spin, whatever it is given.
 // ---------------------------------------------------------------------------------------
 
 fn headers(stream: u32, flags: u8, block: &[u8]) -> Frame {
@@ -96,12 +100,22 @@ fn data(stream: u32, len: usize) -> Frame {
     Frame::new(DATA, 0, stream, vec![stream as u8; len])
 }
 
-/// Runs a readable case with the strict checks: every stream's frames delivered exactly
-/// once, in the written order, with identical bytes.
-fn assert_delivered(case: &WriteCase) {
-    if let Err(violation) = run_write_case(case, true) {
-        panic!("{violation}");
-    }
+/// Runs the minimized fuzz input `tests/fuzz_corpus/write_pipeline/<finding>` and a
+/// readable case of the same finding with the strict checks: every stream's frames
+/// delivered exactly once, in the written order, with identical bytes, without stalling.
+fn assert_delivered(finding: &str, case: &WriteCase) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz_corpus/write_pipeline")
+        .join(finding);
+    let input = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let violations: Vec<String> = [
+        run_write_pipeline_with(&input, true).map_err(|e| format!("minimized input: {e}")),
+        run_write_case(case, true).map_err(|e| format!("readable case: {e}")),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    assert!(violations.is_empty(), "{}", violations.join("\n\n"));
 }
 
 #[test]
@@ -117,7 +131,7 @@ fn unfinished_header_block_replaced_by_the_next_one_is_lost() {
             continuation(3, END_HEADERS, &[]),
         ],
     );
-    assert_delivered(&case);
+    assert_delivered("finding-lost", &case);
 }
 
 #[test]
@@ -133,7 +147,7 @@ fn frame_inside_an_unfinished_header_block_overtakes_it() {
             continuation(1, END_HEADERS, &[]),
         ],
     );
-    assert_delivered(&case);
+    assert_delivered("finding-overtaken", &case);
 }
 
 #[test]
@@ -149,7 +163,7 @@ fn continuation_of_another_stream_joins_the_open_block() {
             continuation(3, END_HEADERS, &[]),
         ],
     );
-    assert_delivered(&case);
+    assert_delivered("finding-cross", &case);
 }
 
 #[test]
@@ -169,7 +183,28 @@ fn refused_frame_behind_an_unfinished_header_block_spins_forever() {
         ],
     );
     case.limits = Some((0, 0));
-    assert_delivered(&case);
+    assert_delivered("finding-stall", &case);
+}
+
+#[test]
+#[ignore = "open finding: a header block still unfinished when h2 shuts down is dropped"]
+fn unfinished_header_block_at_shutdown_is_delivered() {
+    // `poll_shutdown` drains the queues and then drops `open_block` (a HEADERS or
+    // PUSH_PROMISE without END_HEADERS and the CONTINUATIONs so far), logging "shutdown with
+    // a partially written frame from h2; its bytes are dropped"; `queued_bytes` keeps
+    // counting them. Every other interrupted block is now queued as it is, so this is the
+    // one place where whole frames written by h2 never reach the wire. (h2 always finishes
+    // a block, so only a writer breaking RFC 9113 §6.10 gets here, and the connection is
+    // closing anyway.) The default fuzzing mode tolerates it; TLS_FLUSH_FUZZ_STRICT=1 not.
+    let case = WriteCase::plain(
+        Policy::Scheduled,
+        vec![
+            headers(1, END_HEADERS, &[0x88]),
+            data(1, 10),
+            headers(3, 0, &[0x88]),
+        ],
+    );
+    assert_delivered("finding-unfinished-at-shutdown", &case);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -178,7 +213,7 @@ fn refused_frame_behind_an_unfinished_header_block_spins_forever() {
 
 /// A truncated last frame (h2 shut down mid-frame) is dropped, every complete unit before
 /// it is delivered; the whole frames of a header block left unfinished stay in the wrapper
-/// (it can only send a block complete) and are counted in `queued_bytes`.
+/// and are counted in `queued_bytes` (the open finding above, tolerated here).
 #[test]
 fn truncated_final_frame_delivers_every_complete_unit_before_it() {
     let block = [0x88, 0x40, 1, b'a', 1, b'b'];
@@ -193,8 +228,43 @@ fn truncated_final_frame_delivers_every_complete_unit_before_it() {
         ],
     );
     case.truncate = Some(3);
-    run_write_case(&case, true).expect("complete units delivered");
+    run_write_case(&case, false).expect("complete units delivered");
     case.shape = harness::Shape::Grammar;
     case.frames[1] = Frame::new(DATA, END_STREAM, 1, vec![7; 20_000]);
-    run_write_case(&case, true).expect("complete units delivered");
+    run_write_case(&case, false).expect("complete units delivered");
+    // Cut inside the header of the last CONTINUATION rather than its payload: the same.
+    case.truncate = Some(9);
+    run_write_case(&case, false).expect("complete units delivered");
+}
+
+/// A flood of PRIORITY_UPDATE frames for idle streams, read a few bytes at a time: every
+/// frame is counted exactly once (at most `max_early_updates` buffered, the rest ignored),
+/// and the observer's memory does not grow with their number.
+#[test]
+fn priority_update_flood_for_idle_streams_stays_bounded() {
+    let mut client = PREFACE.to_vec();
+    for i in 0..5000u32 {
+        let mut payload = (2 * i + 1).to_be_bytes().to_vec();
+        payload.extend_from_slice(b"u=0");
+        Frame::new(PRIORITY_UPDATE, 0, 0, payload).encode_into(&mut client);
+    }
+    let case = ReadCase {
+        policy: Policy::Scheduled,
+        max_early_updates: Some(16),
+        anticipate: None,
+        preface: Preface::Valid,
+        read_plan: ReadPlan {
+            chunks: vec![7, 4096, 1],
+            eof: true,
+        },
+        read_sizes: vec![(13, 0), (1000, 3)],
+        writes: Vec::new(),
+        client,
+    };
+    let model = observer_model(&case.client, 16, false);
+    assert_eq!(model.updates, 5000);
+    assert_eq!(model.outcomes, Some((0, 16, 4984)));
+    if let Err(violation) = run_read_case(&case) {
+        panic!("{violation}");
+    }
 }

@@ -579,6 +579,11 @@ impl AsyncWrite for FaultyTransport {
 }
 
 impl Transport for FaultyTransport {
+    /// It stands for a TLS stream that negotiated HTTP/2.
+    fn alpn_protocol(&self) -> Option<&[u8]> {
+        Some(b"h2")
+    }
+
     fn has_buffered_output(&self) -> bool {
         let w = self.wire.borrow();
         w.tick("has_buffered_output");
@@ -2278,9 +2283,9 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     for f in &input {
         absorb_frame(&mut h, f).unwrap();
     }
-    // Bulk DATA up to the soft limit.
+    // Bulk DATA up to the soft limit (each queued frame also counts 128 bytes of overhead).
     let mut k = 0;
-    while h.stats().queued_bytes as usize + 4009 <= soft {
+    while h.stats().queued_bytes as usize + 128 * (input.len() + 1) + 4009 <= soft {
         let f = data(1, k, 4000, false);
         absorb_frame(&mut h, &f).unwrap();
         input.push(f);
@@ -2393,8 +2398,8 @@ fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
 
 /// A zero-length frame refused at the limit stays with the writer and is delivered.
 ///
-/// 8187 bytes wait in the record being built, 5 below the in-order policy's 8 KiB soft
-/// limit. h2 writes the empty END_STREAM DATA frame while the transport is blocked: it is
+/// 8187 bytes wait in the record being built, 133 below the soft limit of 8 KiB + 128 (the
+/// overhead the queue counts for one frame), so the empty frame's 9 + 128 do not fit. h2 writes the empty END_STREAM DATA frame while the transport is blocked: it is
 /// refused, and the write is `Pending` with none of its 9 bytes taken (were they reported
 /// written, h2 would consider the frame sent while it waits in the wrapper, and drop it at
 /// shutdown). h2's flush returns `Ready` without anything reaching the transport. When the
@@ -2407,7 +2412,7 @@ fn refused_zero_length_frame_stays_with_the_writer_and_is_delivered_on_retry() {
     let mut h = Harness::new(
         FlushConfig::for_policy(Policy::EarlyFlush)
             .announce_no_rfc7540_priorities(false)
-            .soft_limit(8 * 1024)
+            .soft_limit(8 * 1024 + 128)
             .hard_limit(32 * 1024),
         Wire::open(Buffering::Off, client),
     );
@@ -2486,7 +2491,8 @@ fn absorb_until_refused(h: &mut Harness, frames: &[Frame]) -> (usize, usize) {
 /// is delivered; the high-water mark stays within the hard limit plus one header block.
 #[test]
 fn hard_limit_counts_an_unfinished_header_block() {
-    let (soft, hard) = (8 * 1024, 32 * 1024);
+    // The soft limit leaves room for the per-frame overhead of the first DATA frames.
+    let (soft, hard) = (8 * 1024 + 512, 32 * 1024);
     let client = client_with_requests(&[(1, None), (3, None)]);
     let mut h = Harness::new(
         FlushConfig::for_policy(Policy::Scheduled)

@@ -90,8 +90,11 @@ impl PriorityLayer {
 
     /// Keeps the client's urgency within `min..=max`.
     ///
-    /// A clamp that changes the client's urgency pins the clamped value (the response
-    /// announces it); a client urgency already in range is followed and not pinned.
+    /// The response announces the range as `u-range=(MIN MAX)` in its `priority` header
+    /// (an extension member that RFC 9218 recipients ignore), preceded by `u=N` when the
+    /// clamp changed the client's urgency. `tls-flush` reads the range back, so a client
+    /// that later asks for another urgency with a PRIORITY_UPDATE frame stays inside it.
+    /// An explicit [`urgency`](Self::urgency) in the same layer wins over the clamp.
     ///
     /// # Panics
     ///

@@ -47,7 +47,7 @@ mod update;
 
 pub use future::ResponseFuture;
 pub use layer::PriorityLayer;
-pub use params::PriorityParams;
+pub use params::{PriorityParams, URGENCY_RANGE_MEMBER};
 pub use priority::Priority;
 pub use service::PriorityService;
 pub use update::{PriorityUpdate, PriorityUpdateError};

@@ -8,11 +8,17 @@ use crate::priority::{Priority, MAX_URGENCY};
 /// The valid `u` and `i` members of one `priority` field value; `None` for a member that
 /// is absent or ignored (wrong type, out of range), as RFC 9218 §4 requires.
 ///
+/// A server's response header may also carry [`URGENCY_RANGE_MEMBER`] (`u-range=(MIN MAX)`),
+/// written by `PriorityLayer::clamp_urgency`: the range the server keeps the client's
+/// urgency in, so that a component that later sees the client change its urgency (a
+/// PRIORITY_UPDATE frame) can keep applying the clamp. Clients' own fields never carry one
+/// that counts: [`Priority::parse`] ignores it, as it ignores every unknown member.
+///
 /// ```
 /// use tower_priority::{Priority, PriorityParams};
 ///
 /// let pinned = PriorityParams::parse(b"u=0");
-/// assert_eq!(pinned, PriorityParams { urgency: Some(0), incremental: None });
+/// assert_eq!(pinned, PriorityParams { urgency: Some(0), ..PriorityParams::default() });
 /// let client = Priority::parse("u=5, i");
 /// assert_eq!(pinned.apply_to(client), Priority { urgency: 0, incremental: true });
 /// assert_eq!(PriorityParams::parse(b"u=9, x"), PriorityParams::default());
@@ -23,7 +29,22 @@ pub struct PriorityParams {
     pub urgency: Option<u8>,
     /// The incremental flag, when the value carries a valid one.
     pub incremental: Option<bool>,
+    /// The server's urgency clamp, `(min, max)` with `min <= max <= 7`, when the value
+    /// carries a valid [`URGENCY_RANGE_MEMBER`].
+    pub urgency_range: Option<(u8, u8)>,
 }
+
+/// The dictionary member that carries a server's urgency clamp in a `priority` response
+/// header: an inner list of two integers, `u-range=(1 7)`. RFC 9218 §4 lets recipients
+/// ignore unknown members, so clients and intermediaries that do not know it are unaffected.
+///
+/// ```
+/// use tower_priority::{PriorityParams, URGENCY_RANGE_MEMBER};
+///
+/// let value = format!("u=1, {URGENCY_RANGE_MEMBER}=(1 7)");
+/// assert_eq!(PriorityParams::parse(value.as_bytes()).urgency_range, Some((1, 7)));
+/// ```
+pub const URGENCY_RANGE_MEMBER: &str = "u-range";
 
 impl PriorityParams {
     /// Parses a field value leniently: an unparsable value carries no parameters.
@@ -54,20 +75,42 @@ impl PriorityParams {
                 params.incremental = Some(b);
             }
         }
+        if let Some(ListEntry::InnerList(list)) = dict.get(URGENCY_RANGE_MEMBER) {
+            let urgency = |i: usize| match list.items.get(i).map(|item| &item.bare_item) {
+                Some(BareItem::Integer(n)) => u8::try_from(i64::from(*n))
+                    .ok()
+                    .filter(|u| *u <= MAX_URGENCY),
+                _ => None,
+            };
+            if let (2, Some(min), Some(max)) = (list.items.len(), urgency(0), urgency(1)) {
+                params.urgency_range = (min <= max).then_some((min, max));
+            }
+        }
         params
     }
 
-    /// `base` with the parameters present here replacing its own.
+    /// `base` (the client's priority) with the parameters present here replacing its own.
+    ///
+    /// With an [`urgency_range`](Self::urgency_range), the urgency is `base`'s clamped to
+    /// it: the `u` a clamp wrote was derived from the client's urgency at the time, and the
+    /// range keeps applying when the client's urgency changes later.
     ///
     /// ```
     /// use tower_priority::{Priority, PriorityParams};
     ///
     /// let none = PriorityParams::default();
     /// assert_eq!(none.apply_to(Priority::parse("u=6")), Priority::parse("u=6"));
+    /// let clamped = PriorityParams::parse(b"u=3, u-range=(3 7)");
+    /// assert_eq!(clamped.apply_to(Priority::parse("u=0")).urgency, 3);
+    /// assert_eq!(clamped.apply_to(Priority::parse("u=5")).urgency, 5);
     /// ```
     pub fn apply_to(self, base: Priority) -> Priority {
+        let urgency = match self.urgency_range {
+            Some((min, max)) => base.urgency.clamp(min, max),
+            None => self.urgency.unwrap_or(base.urgency),
+        };
         Priority {
-            urgency: self.urgency.unwrap_or(base.urgency),
+            urgency,
             incremental: self.incremental.unwrap_or(base.incremental),
         }
     }

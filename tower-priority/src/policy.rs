@@ -10,27 +10,55 @@
 
 use http::HeaderValue;
 
-use crate::Priority;
+use crate::{Priority, URGENCY_RANGE_MEMBER};
 
 /// The parameters a server decided, as opposed to those it took from the client.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Pins {
+    /// With `urgency_range`, the clamped client urgency (a hint for intermediaries);
+    /// without, a fixed urgency that no client signal changes.
     pub(crate) urgency: Option<u8>,
     pub(crate) incremental: Option<bool>,
+    /// The clamp the client's urgency stays in, while the urgency follows the client.
+    pub(crate) urgency_range: Option<(u8, u8)>,
 }
 
 impl Pins {
     /// `inner`'s pins override `self`'s; what `inner` leaves open stays as `self` pinned it.
+    /// Clamps compose: clamping to `outer` then to `inner` is clamping to one range.
     fn overlaid_by(self, inner: Pins) -> Pins {
+        let outer_fixed = self.urgency.is_some() && self.urgency_range.is_none();
+        let urgency_range = match (self.urgency_range, inner.urgency_range) {
+            // A fixed urgency (inner's own, or outer's that inner only clamped) ends the clamp.
+            (_, None) if inner.urgency.is_some() => None,
+            (_, Some(_)) if outer_fixed => None,
+            (outer, None) => outer,
+            (None, Some(inner)) => Some(inner),
+            (Some((a, b)), Some((c, d))) => Some((a.clamp(c, d), b.clamp(c, d))),
+        };
         Pins {
             urgency: inner.urgency.or(self.urgency),
             incremental: inner.incremental.or(self.incremental),
+            urgency_range,
         }
     }
 
     /// The response `priority` header value naming exactly the pinned parameters, or `None`
-    /// when nothing is pinned. Static strings: no allocation per response.
+    /// when nothing is pinned. Static strings (no allocation per response) unless a clamp
+    /// adds its range.
     pub(crate) fn header_value(self) -> Option<HeaderValue> {
+        let Some((min, max)) = self.urgency_range else {
+            return self.fixed_header_value();
+        };
+        let mut value = self
+            .fixed_header_value()
+            .and_then(|v| v.to_str().ok().map(|s| format!("{s}, ")))
+            .unwrap_or_default();
+        value.push_str(&format!("{URGENCY_RANGE_MEMBER}=({min} {max})"));
+        HeaderValue::try_from(value).ok()
+    }
+
+    fn fixed_header_value(self) -> Option<HeaderValue> {
         const U: [&str; 8] = ["u=0", "u=1", "u=2", "u=3", "u=4", "u=5", "u=6", "u=7"];
         const U_I: [&str; 8] = [
             "u=0, i", "u=1, i", "u=2, i", "u=3, i", "u=4, i", "u=5, i", "u=6, i", "u=7, i",
@@ -89,15 +117,18 @@ impl Policy {
         let mut pins = Pins::default();
         if let Some((min, max)) = self.clamp {
             let clamped = effective.urgency.clamp(min, max);
-            // Only a clamp that changed something is a server decision worth announcing.
+            // The clamped value is announced only when the clamp changed something; the
+            // range always is, so that a later PRIORITY_UPDATE stays within it.
             if clamped != effective.urgency {
                 effective.urgency = clamped;
                 pins.urgency = Some(clamped);
             }
+            pins.urgency_range = Some((min, max));
         }
         if let Some(u) = self.urgency {
             effective.urgency = u;
             pins.urgency = Some(u);
+            pins.urgency_range = None;
         }
         if let Some(i) = self.incremental {
             effective.incremental = i;
@@ -106,6 +137,7 @@ impl Policy {
         if self.ignore_client {
             pins.urgency = Some(effective.urgency);
             pins.incremental = Some(effective.incremental);
+            pins.urgency_range = None;
         }
         Applied {
             effective,
@@ -131,6 +163,7 @@ mod tests {
             Pins {
                 urgency,
                 incremental,
+                urgency_range: None,
             }
             .header_value()
             .map(|v| v.to_str().unwrap().to_owned())
@@ -154,6 +187,7 @@ mod tests {
                 let v = Pins {
                     urgency: Some(u),
                     incremental: Some(i),
+                    urgency_range: None,
                 }
                 .header_value()
                 .unwrap();
@@ -172,6 +206,7 @@ mod tests {
                 let pins = Pins {
                     urgency,
                     incremental,
+                    urgency_range: None,
                 };
                 let read_back = pins
                     .header_value()
@@ -198,7 +233,13 @@ mod tests {
         };
         let inside = policy.apply(p(3, true), Pins::default());
         assert_eq!(inside.effective, p(3, true));
-        assert_eq!(inside.pins, Pins::default());
+        assert_eq!(
+            inside.pins,
+            Pins {
+                urgency_range: Some((1, 5)),
+                ..Pins::default()
+            }
+        );
         let below = policy.apply(p(0, false), Pins::default());
         assert_eq!(below.effective, p(1, false));
         assert_eq!(below.pins.urgency, Some(1));
@@ -218,6 +259,66 @@ mod tests {
         let a = policy.apply(p(3, false), Pins::default());
         assert_eq!(a.effective.urgency, 7);
         assert_eq!(a.pins.urgency, Some(7));
+        assert_eq!(a.pins.urgency_range, None, "a fixed urgency needs no clamp");
+    }
+
+    #[test]
+    fn clamp_ranges_read_back_and_keep_clamping() {
+        let policy = Policy {
+            clamp: Some((3, 7)),
+            ..Policy::default()
+        };
+        for (client, header) in [(0, "u=3, u-range=(3 7)"), (5, "u-range=(3 7)")] {
+            let a = policy.apply(p(client, false), Pins::default());
+            let value = a.pins.header_value().unwrap();
+            assert_eq!(value.to_str().unwrap(), header);
+            let read_back = crate::PriorityParams::parse(value.as_bytes());
+            assert_eq!(read_back.urgency_range, Some((3, 7)));
+            // A later client signal (PRIORITY_UPDATE) asking for u=0 stays clamped.
+            assert_eq!(read_back.apply_to(p(0, false)).urgency, 3);
+            assert_eq!(read_back.apply_to(p(6, false)).urgency, 6);
+        }
+    }
+
+    #[test]
+    fn nested_clamps_compose_and_fixed_urgencies_end_them() {
+        let clamp = |min, max| Policy {
+            clamp: Some((min, max)),
+            ..Policy::default()
+        };
+        // Outer 1..=7, inner 4..=5: one range, 4..=5.
+        let outer = clamp(1, 7).apply(p(0, false), Pins::default());
+        let inner = clamp(4, 5).apply(outer.effective, outer.pins);
+        assert_eq!(inner.pins.urgency_range, Some((4, 5)));
+        assert_eq!(inner.effective.urgency, 4);
+        // Disjoint ranges compose to a constant, still expressed as a range.
+        let inner = clamp(6, 7).apply(
+            p(1, false),
+            clamp(0, 2).apply(p(1, false), Pins::default()).pins,
+        );
+        assert_eq!(inner.pins.urgency_range, Some((6, 6)));
+        // An outer fixed urgency clamped by an inner layer stays fixed.
+        let fixed = Policy {
+            urgency: Some(0),
+            ..Policy::default()
+        }
+        .apply(p(5, false), Pins::default());
+        let inner = clamp(2, 7).apply(fixed.effective, fixed.pins);
+        assert_eq!(
+            (inner.pins.urgency, inner.pins.urgency_range),
+            (Some(2), None)
+        );
+        // An inner fixed urgency ends an outer clamp.
+        let clamped = clamp(2, 7).apply(p(5, false), Pins::default());
+        let inner = Policy {
+            urgency: Some(6),
+            ..Policy::default()
+        }
+        .apply(clamped.effective, clamped.pins);
+        assert_eq!(
+            (inner.pins.urgency, inner.pins.urgency_range),
+            (Some(6), None)
+        );
     }
 
     #[test]
@@ -232,7 +333,8 @@ mod tests {
             a.pins,
             Pins {
                 urgency: Some(3),
-                incremental: Some(false)
+                incremental: Some(false),
+                urgency_range: None,
             }
         );
         // Clamping applies to the defaults it starts from.
@@ -250,6 +352,7 @@ mod tests {
         let outer = Pins {
             urgency: Some(1),
             incremental: Some(true),
+            urgency_range: None,
         };
         let inner = Policy {
             urgency: Some(6),
@@ -261,7 +364,8 @@ mod tests {
             a.pins,
             Pins {
                 urgency: Some(6),
-                incremental: Some(true)
+                incremental: Some(true),
+                urgency_range: None,
             }
         );
     }

@@ -73,8 +73,13 @@ impl Priority {
     /// Shared by the `&str` and header-value entry points; sfv rejects any non-ASCII byte.
     /// The member-level leniency lives in [`PriorityParams::parse`], so that the client's
     /// priority and a server's pinned parameters are read by one parser.
+    /// A client's `u-range` member is an unknown member like any other: ignored.
     pub(crate) fn parse_bytes(field_value: &[u8]) -> Priority {
-        PriorityParams::parse(field_value).apply_to(Priority::default())
+        PriorityParams {
+            urgency_range: None,
+            ..PriorityParams::parse(field_value)
+        }
+        .apply_to(Priority::default())
     }
 
     /// Determines the client's priority from the `priority` header lines of a request.

@@ -90,6 +90,28 @@ impl PriorityUpdate {
     /// assert_eq!(update.priority, Priority::default());
     /// ```
     pub fn parse(frame_payload: &[u8]) -> Result<PriorityUpdate, PriorityUpdateError> {
+        let (prioritized_stream_id, field_value) = Self::split(frame_payload)?;
+        Ok(PriorityUpdate {
+            prioritized_stream_id,
+            priority: Priority::parse_bytes(field_value),
+        })
+    }
+
+    /// Checks a payload as [`parse`](Self::parse) does and returns the prioritized stream id
+    /// and the field value, without parsing the value: for callers that decide from the
+    /// stream id whether the value matters (an update for a closed stream is dropped).
+    ///
+    /// # Errors
+    ///
+    /// The same as [`parse`](Self::parse), in the same order.
+    ///
+    /// ```
+    /// use tower_priority::{PriorityUpdate, PriorityUpdateError};
+    ///
+    /// assert_eq!(PriorityUpdate::split(b"\x00\x00\x00\x09u=2"), Ok((9, &b"u=2"[..])));
+    /// assert_eq!(PriorityUpdate::split(b"\x00"), Err(PriorityUpdateError::TooShort));
+    /// ```
+    pub fn split(frame_payload: &[u8]) -> Result<(u32, &[u8]), PriorityUpdateError> {
         let Some((id, field_value)) = frame_payload.split_first_chunk::<4>() else {
             return Err(PriorityUpdateError::TooShort);
         };
@@ -100,9 +122,6 @@ impl PriorityUpdate {
         if !field_value.is_ascii() {
             return Err(PriorityUpdateError::NonAscii);
         }
-        Ok(PriorityUpdate {
-            prioritized_stream_id,
-            priority: Priority::parse_bytes(field_value),
-        })
+        Ok((prioritized_stream_id, field_value))
     }
 }

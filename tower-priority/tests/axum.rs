@@ -135,28 +135,30 @@ async fn extension_reflects_client_lines_and_malformed_input() {
 }
 
 #[tokio::test]
-async fn clamp_pins_only_when_it_changes_the_client_value() {
+async fn clamp_announces_its_range_and_any_value_it_changed() {
     let app = Router::new().route(
         "/",
         get(echo).layer(PriorityLayer::new().clamp_urgency(2, 5)),
     );
 
+    // The range always travels (so tls-flush keeps clamping later PRIORITY_UPDATEs);
+    // the clamped urgency only when the clamp changed the client's.
     let r = send(&app, "/", &["u=0, i"]).await;
-    assert_eq!(header(&r), Some("u=2"));
+    assert_eq!(header(&r), Some("u=2, u-range=(2 5)"));
     assert_eq!(r.body, "u=2, i");
 
     let r = send(&app, "/", &["u=7"]).await;
-    assert_eq!(header(&r), Some("u=5"));
+    assert_eq!(header(&r), Some("u=5, u-range=(2 5)"));
     assert_eq!(r.body, "u=5");
 
     for u in 2..=5 {
         let r = send(&app, "/", &[&format!("u={u}")]).await;
-        assert_eq!(header(&r), None, "u={u} is in range");
+        assert_eq!(header(&r), Some("u-range=(2 5)"), "u={u} is in range");
         assert_eq!(r.body, format!("u={u}"));
     }
 
     // No client signal: the default u=3 is in range.
-    assert_eq!(header(&send(&app, "/", &[]).await), None);
+    assert_eq!(header(&send(&app, "/", &[]).await), Some("u-range=(2 5)"));
 
     // A range that excludes the default clamps (and pins) it too.
     let high = Router::new().route(
@@ -164,7 +166,7 @@ async fn clamp_pins_only_when_it_changes_the_client_value() {
         get(echo).layer(PriorityLayer::new().clamp_urgency(4, 7)),
     );
     let r = send(&high, "/", &[]).await;
-    assert_eq!(header(&r), Some("u=4"));
+    assert_eq!(header(&r), Some("u=4, u-range=(4 7)"));
     assert_eq!(r.body, "u=4");
 
     // An explicit urgency in the same layer wins over the clamp.
@@ -344,7 +346,7 @@ async fn follow_client_outer_with_ignore_client_inner() {
 
     // The outer clamp still governs routes the inner layer does not cover.
     let r = send(&app, "/other", &["u=0, i"]).await;
-    assert_eq!(header(&r), Some("u=1"));
+    assert_eq!(header(&r), Some("u=1, u-range=(1 7)"));
     assert_eq!(r.body, "u=1, i");
 }
 

@@ -141,10 +141,10 @@ async fn clamp_outside_incremental_inside() {
     )
     .await;
     let cases: &[Case] = &[
-        ("/", &[], Some("i"), "u=3, i"),
-        ("/", &["u=0"], Some("u=1, i"), "u=1, i"),
-        ("/", &["u=7, i=?0"], Some("u=6, i"), "u=6, i"),
-        ("/", &["u=4"], Some("i"), "u=4, i"),
+        ("/", &[], Some("i, u-range=(1 6)"), "u=3, i"),
+        ("/", &["u=0"], Some("u=1, i, u-range=(1 6)"), "u=1, i"),
+        ("/", &["u=7, i=?0"], Some("u=6, i, u-range=(1 6)"), "u=6, i"),
+        ("/", &["u=4"], Some("i, u-range=(1 6)"), "u=4, i"),
         ("/own", &["u=0"], Some("u=6"), "u=1, i"),
     ];
     check_http1(addr, cases).await;

@@ -247,26 +247,44 @@ fn params_report_only_valid_present_members() {
         params("u=0"),
         PriorityParams {
             urgency: Some(0),
-            incremental: None
+            incremental: None,
+            urgency_range: None,
         }
     );
     assert_eq!(
         params("i=?0"),
         PriorityParams {
             urgency: None,
-            incremental: Some(false)
+            incremental: Some(false),
+            urgency_range: None,
         }
     );
     assert_eq!(
         params("u=8, i"),
         PriorityParams {
             urgency: None,
-            incremental: Some(true)
+            incremental: Some(true),
+            urgency_range: None,
         }
     );
     assert_eq!(params("u=1.5, i=1"), PriorityParams::default());
     assert_eq!(params("u=1,,"), PriorityParams::default());
     assert_eq!(params("u=2, u=4").urgency, Some(4));
+    // A server's clamp range: two integers in 0..=7, min <= max; anything else ignored.
+    assert_eq!(params("u-range=(1 7)").urgency_range, Some((1, 7)));
+    assert_eq!(params("u=2, u-range=(2 2)").urgency_range, Some((2, 2)));
+    for bad in [
+        "u-range=(7 1)",
+        "u-range=(1 8)",
+        "u-range=(1)",
+        "u-range=(1 2 3)",
+        "u-range=1",
+        "u-range=(1 \"7\")",
+    ] {
+        assert_eq!(params(bad).urgency_range, None, "{bad}");
+    }
+    // In a client's field it is an unknown member like any other.
+    assert_eq!(Priority::parse("u-range=(0 0)"), Priority::default());
     for s in ["u=5, i", "", "i", "u=9", "x, u=1;a=b", "u=1,,"] {
         assert_eq!(
             params(s).apply_to(Priority::default()),

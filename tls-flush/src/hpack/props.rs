@@ -65,12 +65,19 @@ fn loona() -> loona_hpack::Decoder<'static> {
     d
 }
 
-fn priorities(fields: &[(Vec<u8>, Vec<u8>)]) -> Vec<Vec<u8>> {
-    fields
+/// What `PassiveDecoder::priority_value` must return for `fields`.
+fn priorities(fields: &[(Vec<u8>, Vec<u8>)]) -> Option<Vec<u8>> {
+    let lines: Vec<&[u8]> = fields
         .iter()
         .filter(|(n, _)| n == b"priority")
-        .map(|(_, v)| v.clone())
-        .collect()
+        .map(|(_, v)| v.as_slice())
+        .collect();
+    let joined = lines.join(&b", "[..]);
+    match (lines.is_empty(), joined.len() > super::MAX_PRIORITY_VALUE) {
+        (true, _) => None,
+        (false, true) => Some(b"<too long>".to_vec()),
+        (false, false) => Some(joined),
+    }
 }
 
 /// Piece of a block, valid or not.
@@ -340,7 +347,7 @@ proptest! {
         for fields in &lists {
             let block = codec_encode(&mut enc, fields, &choices);
             prop_assert_eq!(d.fields(&block), Some(fields.clone()));
-            prop_assert_eq!(p.priority_fields(&block), Some(priorities(fields)));
+            prop_assert_eq!(p.priority_value(&block), Some(priorities(fields)));
             prop_assert_eq!(&l.decode(&block).unwrap(), fields);
         }
     }

@@ -248,7 +248,7 @@ fn decodes_rfc7541_c3_requests_in_sequence() {
     // RFC 7541 C.3: three requests without Huffman coding, sharing the dynamic table.
     let mut d = decoder();
     for b in C3 {
-        assert_eq!(d.priority_fields(&hex(b)), Some(vec![]));
+        assert_eq!(d.priority_value(&hex(b)), Some(None));
     }
 }
 
@@ -257,20 +257,49 @@ fn failure_disables_and_counts() {
     let stats = ConnectionStats::default();
     let mut d = PassiveDecoder::new("test", stats.clone());
     // Indexed field 0x7f+ far beyond both tables.
-    assert_eq!(d.priority_fields(&[0xff, 0xff, 0x7f]), None);
+    assert_eq!(d.priority_value(&[0xff, 0xff, 0x7f]), None);
     assert!(!d.is_enabled());
-    assert_eq!(d.priority_fields(&[0x82]), None);
+    assert_eq!(d.priority_value(&[0x82]), None);
     assert_eq!(stats.snapshot().hpack_failures, 1);
     d.give_up("again");
     assert_eq!(stats.snapshot().hpack_failures, 1);
 }
 
+/// A 4000-byte `priority` value in the dynamic table, then a block of 16,000 one-byte
+/// references to it: the observer keeps at most `MAX_PRIORITY_VALUE` bytes, counts the
+/// block as too long, and keeps decoding later blocks.
 #[test]
-fn joins_lines() {
+fn referenced_values_are_capped_not_copied() {
+    let stats = ConnectionStats::default();
+    let mut d = PassiveDecoder::new("test", stats.clone());
+    let value = vec![b'a'; 4000];
+    let mut insert = vec![0x82, 0x40, 0x08];
+    insert.extend(b"priority");
+    // 4000 = 127 + 3873: string length with a 7-bit prefix.
+    insert.extend([0x7f, 0xa1, 0x1e]);
+    insert.extend(&value);
     assert_eq!(
-        join_field_lines(&[b"u=1".to_vec(), b"i".to_vec()]),
-        b"u=1, i"
+        d.priority_value(&insert),
+        Some(Some(b"<too long>".to_vec()))
     );
+    let mut amplify = vec![0x82];
+    amplify.extend(std::iter::repeat_n(0xbe, 16_000));
+    assert_eq!(
+        d.priority_value(&amplify),
+        Some(Some(b"<too long>".to_vec()))
+    );
+    assert!(d.priority.capacity() <= super::MAX_PRIORITY_VALUE * 2);
+    assert_eq!(stats.snapshot().priority_values_too_long, 2);
+    // Lines are joined up to the cap, and short ones still work.
+    let mut two = vec![0x82, 0x00, 0x08];
+    two.extend(b"priority");
+    two.extend([0x03]);
+    two.extend(b"u=1");
+    two.extend([0x00, 0x08]);
+    two.extend(b"priority");
+    two.extend([0x01, b'i']);
+    assert_eq!(d.priority_value(&two), Some(Some(b"u=1, i".to_vec())));
+    assert_eq!(stats.snapshot().hpack_failures, 0);
 }
 
 /// Decodes `block` with a fresh decoder and returns the error.
@@ -438,13 +467,10 @@ fn priority_fields_in_every_representation() {
     block.extend(b"priority2");
     block.extend([0x01, b'x']);
     assert_eq!(
-        d.priority_fields(&block),
-        Some(vec![b"u=1".to_vec(), b"u=0, i".to_vec(), b"i".to_vec()])
+        d.priority_value(&block),
+        Some(Some(b"u=1, u=0, i, i".to_vec()))
     );
     // Indexed from the dynamic table in a later block.
-    assert_eq!(
-        d.priority_fields(&[0x82, 0xbe]),
-        Some(vec![b"u=1".to_vec()])
-    );
-    assert_eq!(d.priority_fields(&[0x82]), Some(vec![]));
+    assert_eq!(d.priority_value(&[0x82, 0xbe]), Some(Some(b"u=1".to_vec())));
+    assert_eq!(d.priority_value(&[0x82]), Some(None));
 }

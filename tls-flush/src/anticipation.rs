@@ -1,0 +1,170 @@
+//! The clock of anticipation holds (the scheduled policy holds less urgent DATA for a
+//! moment while a complete, more urgent request waits for its response to begin).
+//!
+//! Invariants:
+//! - a hold ends at the earliest of: the urgent response's first header block, the
+//!   request's bound (armed once, when the request is complete), the connection's budget;
+//! - the budget caps the total time DATA is held per connection in each one-second window,
+//!   so urgent requests that keep arriving cannot starve less urgent responses;
+//! - a hold waits on a timer (Tokio's time driver), never on self-wakes: an idle hold costs
+//!   no CPU. Outside a Tokio runtime (a hand-rolled executor) it asks to be polled again.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::stats::ConnectionStats;
+
+/// The window over which the hold budget applies.
+const WINDOW: Duration = Duration::from_secs(1);
+
+/// Accounts hold time against the per-second budget and sleeps until a hold ends.
+pub(crate) struct HoldClock {
+    budget: Duration,
+    window_start: Option<Instant>,
+    spent: Duration,
+    holding_since: Option<Instant>,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    stats: ConnectionStats,
+}
+
+impl std::fmt::Debug for HoldClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HoldClock")
+            .field("budget", &self.budget)
+            .field("spent", &self.spent)
+            .field("holding", &self.holding_since.is_some())
+            .finish()
+    }
+}
+
+impl HoldClock {
+    pub(crate) fn new(budget: Duration, stats: ConnectionStats) -> Self {
+        HoldClock {
+            budget,
+            window_start: None,
+            spent: Duration::ZERO,
+            holding_since: None,
+            sleep: None,
+            stats,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_holding(&self) -> bool {
+        self.holding_since.is_some()
+    }
+
+    /// The read side wants DATA held until `wanted` (or not at all): returns until when it
+    /// is held, within the budget, and accounts the time.
+    pub(crate) fn update(&mut self, wanted: Option<Instant>, now: Instant) -> Option<Instant> {
+        let window_start = *self.window_start.get_or_insert(now);
+        if now.saturating_duration_since(window_start) >= WINDOW {
+            self.window_start = Some(now);
+            self.spent = Duration::ZERO;
+            if self.holding_since.is_some() {
+                self.holding_since = Some(now);
+            }
+        }
+        let held = self
+            .holding_since
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        let remaining = self.budget.saturating_sub(self.spent + held);
+        match wanted {
+            Some(until) if until > now && !remaining.is_zero() => {
+                if self.holding_since.is_none() {
+                    self.holding_since = Some(now);
+                    self.stats.add_anticipation_hold(1);
+                    tracing::trace!(?until, "holding DATA for an urgent response");
+                }
+                Some(until.min(now + remaining))
+            }
+            _ => {
+                if let Some(since) = self.holding_since.take() {
+                    self.spent += now.saturating_duration_since(since);
+                }
+                self.sleep = None;
+                None
+            }
+        }
+    }
+
+    /// Ready once `until` has passed; otherwise the task is woken then.
+    pub(crate) fn poll_until(&mut self, cx: &mut Context<'_>, until: Instant) -> Poll<()> {
+        if Instant::now() >= until {
+            return Poll::Ready(());
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            // No Tokio runtime to time the hold: ask to be polled again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let deadline = tokio::time::Instant::from_std(until);
+        match &mut self.sleep {
+            Some(sleep) if sleep.deadline() == deadline => {}
+            Some(sleep) => sleep.as_mut().reset(deadline),
+            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+        }
+        match self.sleep.as_mut().map(|s| s.as_mut().poll(cx)) {
+            Some(Poll::Ready(())) => Poll::Ready(()),
+            _ => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_stop_when_the_budget_of_the_window_is_spent() {
+        let stats = ConnectionStats::default();
+        let mut clock = HoldClock::new(Duration::from_millis(100), stats.clone());
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(clock.update(Some(t0 + ms(5)), t0), Some(t0 + ms(5)));
+        assert_eq!(stats.snapshot().anticipation_holds, 1);
+        // Still holding later on: the budget caps the hold's end.
+        assert_eq!(
+            clock.update(Some(t0 + ms(500)), t0 + ms(60)),
+            Some(t0 + ms(100))
+        );
+        assert_eq!(clock.update(Some(t0 + ms(500)), t0 + ms(100)), None);
+        assert!(!clock.is_holding());
+        assert_eq!(
+            clock.update(Some(t0 + ms(500)), t0 + ms(200)),
+            None,
+            "spent"
+        );
+        // A new window, a new budget.
+        assert_eq!(
+            clock.update(Some(t0 + ms(1050)), t0 + ms(1001)),
+            Some(t0 + ms(1050))
+        );
+        assert_eq!(clock.update(None, t0 + ms(1010)), None);
+        assert_eq!(stats.snapshot().anticipation_holds, 2);
+    }
+
+    #[tokio::test]
+    async fn a_hold_sleeps_on_the_timer_without_waking_itself() {
+        let mut clock = HoldClock::new(Duration::from_millis(100), ConnectionStats::default());
+        let until = Instant::now() + Duration::from_millis(50);
+        let wakes = std::sync::Arc::new(WakeCount::default());
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(clock.poll_until(&mut cx, until).is_pending());
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(wakes.0.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    }
+
+    #[derive(Default)]
+    struct WakeCount(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for WakeCount {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
