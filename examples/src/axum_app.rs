@@ -4,14 +4,16 @@
 //! - `GET /` a small HTML page loading `/critical` and two `/bg/...` resources, pinned `u=0`;
 //! - `GET /critical` 4096 bytes, pinned `u=0`;
 //! - `GET /bg/{name}` 1048576 bytes in 16 KiB chunks, following the client's priority;
-//! - `GET /size/{n}` `n` bytes (`n <= 67108864`, else 400 with a plain-text reason).
+//! - `GET /size/{n}` `n` bytes (`n <= 67108864`, else 400 with a plain-text reason);
+//! - `GET /delay/{ms}` the 4096 bytes of `/critical` after `ms` milliseconds (`ms <= 10000`,
+//!   else 400 with a plain-text reason), following the client's priority.
 //!
 //! The whole router is under `PriorityLayer::new()`, so every handler sees the effective
 //! `Priority` in its request extensions; per-route layers pin `u=0`.
 
 use crate::responses::{
-    index_response, not_found, pattern_response, size_response, BG_LEN, CRITICAL_LEN,
-    CRITICAL_URGENCY,
+    delay_response, index_response, not_found, pattern_response, size_response, BG_LEN,
+    CRITICAL_LEN, CRITICAL_URGENCY,
 };
 use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
@@ -34,6 +36,7 @@ pub fn router() -> Router {
         .route("/critical", get(critical).layer(pinned()))
         .route("/bg/{name}", get(bg))
         .route("/size/{n}", get(size))
+        .route("/delay/{ms}", get(delay))
         .fallback(|| async { not_found() })
         .layer(PriorityLayer::new())
         .layer(MapRequestLayer::new(|req: Request| {
@@ -62,4 +65,9 @@ async fn bg(Path(name): Path<String>, Extension(priority): Extension<Priority>) 
 async fn size(Path(n): Path<String>, Extension(priority): Extension<Priority>) -> Response {
     debug!(%priority, n, "GET /size/{{n}}");
     size_response(&n).into_response()
+}
+
+async fn delay(Path(ms): Path<String>, Extension(priority): Extension<Priority>) -> Response {
+    debug!(%priority, ms, "GET /delay/{{ms}}");
+    delay_response(&ms).await.into_response()
 }

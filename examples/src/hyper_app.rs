@@ -6,7 +6,9 @@
 //! - `GET /` a small HTML page loading `/critical` and two `/bg/...` resources, pinned `u=0`;
 //! - `GET /critical` 4096 bytes, pinned `u=0`;
 //! - `GET /bg/{name}` 1048576 bytes in 16 KiB chunks, following the client's priority;
-//! - `GET /size/{n}` `n` bytes (`n <= 67108864`, else 400 with a plain-text reason).
+//! - `GET /size/{n}` `n` bytes (`n <= 67108864`, else 400 with a plain-text reason);
+//! - `GET /delay/{ms}` the 4096 bytes of `/critical` after `ms` milliseconds (`ms <= 10000`,
+//!   else 400 with a plain-text reason), following the client's priority.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,8 +16,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use crate::responses::{
-    index_response, method_not_allowed, not_found, path_param, pattern_response, size_response,
-    BoxedBody, BG_LEN, BG_PREFIX, CRITICAL_LEN, CRITICAL_PATH, CRITICAL_URGENCY, SIZE_PREFIX,
+    delay_response, index_response, method_not_allowed, not_found, path_param, pattern_response,
+    size_response, BoxedBody, BG_LEN, BG_PREFIX, CRITICAL_LEN, CRITICAL_PATH, CRITICAL_URGENCY,
+    DELAY_PREFIX, SIZE_PREFIX,
 };
 use bytes::Bytes;
 use http::{Method, Request, Response};
@@ -101,7 +104,8 @@ impl Service<Req> for App {
         let known = path == "/"
             || path == CRITICAL_PATH
             || path_param(&path, BG_PREFIX).is_some()
-            || path_param(&path, SIZE_PREFIX).is_some();
+            || path_param(&path, SIZE_PREFIX).is_some()
+            || path_param(&path, DELAY_PREFIX).is_some();
         let head = req.method() == Method::HEAD;
         if !known {
             return Box::pin(async { Ok(boxed(not_found())) });
@@ -118,11 +122,16 @@ impl Service<Req> for App {
             debug!(priority = %p, name, "GET /bg/{{name}}");
             let res = boxed(pattern_response(BG_LEN));
             Box::pin(async { Ok(res) })
-        } else {
-            let n = path_param(&path, SIZE_PREFIX).unwrap_or_default();
+        } else if let Some(n) = path_param(&path, SIZE_PREFIX) {
             debug!(priority = %p, n, "GET /size/{{n}}");
             let res = size_response(n);
             Box::pin(async { Ok(res) })
+        } else {
+            let ms = path_param(&path, DELAY_PREFIX)
+                .unwrap_or_default()
+                .to_owned();
+            debug!(priority = %p, ms, "GET /delay/{{ms}}");
+            Box::pin(async move { Ok(delay_response(&ms).await) })
         };
         if !head {
             return fut;

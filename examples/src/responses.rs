@@ -1,17 +1,19 @@
 //! The routes' constants and response builders, shared by both example servers.
 //!
-//! | route            | response                                                        |
-//! |------------------|-----------------------------------------------------------------|
-//! | `GET /`          | [`INDEX_HTML`], `text/html; charset=utf-8`, pinned `u=0`        |
-//! | `GET /critical`  | [`CRITICAL_LEN`] pattern bytes, pinned `u=0`                    |
-//! | `GET /bg/{name}` | [`BG_LEN`] pattern bytes in 16 KiB chunks, follows the client   |
-//! | `GET /size/{n}`  | `n` pattern bytes, `n <= MAX_SIZE`, else 400 with a plain reason |
+//! | route             | response                                                          |
+//! |-------------------|-------------------------------------------------------------------|
+//! | `GET /`           | [`INDEX_HTML`], `text/html; charset=utf-8`, pinned `u=0`          |
+//! | `GET /critical`   | [`CRITICAL_LEN`] pattern bytes, pinned `u=0`                      |
+//! | `GET /bg/{name}`  | [`BG_LEN`] pattern bytes in 16 KiB chunks, follows the client     |
+//! | `GET /size/{n}`   | `n` pattern bytes, `n <= MAX_SIZE`, else 400 with a plain reason   |
+//! | `GET /delay/{ms}` | [`CRITICAL_LEN`] pattern bytes after `ms` milliseconds (`ms <= MAX_DELAY_MS`, else 400 with a plain reason), follows the client |
 //!
 //! The pins are applied by each server with `tower_priority::PriorityLayer`; the builders
 //! here only produce status, headers and body.
 
 use std::convert::Infallible;
 use std::fmt;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, ALLOW, CONTENT_LENGTH, CONTENT_TYPE};
@@ -27,6 +29,8 @@ pub const CRITICAL_LEN: u64 = 4096;
 pub const BG_LEN: u64 = 1 << 20;
 /// Largest `n` accepted by `GET /size/{n}` (64 MiB).
 pub const MAX_SIZE: u64 = 64 << 20;
+/// Largest `ms` accepted by `GET /delay/{ms}` (10 s).
+pub const MAX_DELAY_MS: u64 = 10_000;
 /// Urgency pinned on `/` and `/critical`.
 pub const CRITICAL_URGENCY: u8 = 0;
 
@@ -36,6 +40,8 @@ pub const CRITICAL_PATH: &str = "/critical";
 pub const BG_PREFIX: &str = "/bg/";
 /// Prefix of the sized resources (`/size/{n}`).
 pub const SIZE_PREFIX: &str = "/size/";
+/// Prefix of the delayed critical-size resources (`/delay/{ms}`).
+pub const DELAY_PREFIX: &str = "/delay/";
 
 /// Content type of every pattern body.
 pub const OCTET_STREAM: &str = "application/octet-stream";
@@ -178,6 +184,57 @@ pub fn size_response(segment: &str) -> Response<BoxedBody> {
     }
 }
 
+/// Why a `/delay/{ms}` segment was rejected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DelayError {
+    /// Not a decimal number of milliseconds (only ASCII digits are accepted).
+    NotANumber(String),
+    /// Longer than [`MAX_DELAY_MS`].
+    TooLong(String),
+}
+
+impl fmt::Display for DelayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DelayError::NotANumber(s) => {
+                write!(
+                    f,
+                    "delay must be a decimal number of milliseconds, got {s:?}"
+                )
+            }
+            DelayError::TooLong(s) => {
+                write!(f, "delay {s} ms exceeds the maximum of {MAX_DELAY_MS} ms")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DelayError {}
+
+/// Parses the `{ms}` of `/delay/{ms}`: ASCII digits, at most [`MAX_DELAY_MS`].
+pub fn parse_delay(segment: &str) -> Result<Duration, DelayError> {
+    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(DelayError::NotANumber(segment.to_owned()));
+    }
+    match segment.parse::<u64>() {
+        Ok(ms) if ms <= MAX_DELAY_MS => Ok(Duration::from_millis(ms)),
+        _ => Err(DelayError::TooLong(segment.to_owned())),
+    }
+}
+
+/// The response of `/delay/{segment}`: after sleeping `segment` milliseconds, the same
+/// [`CRITICAL_LEN`] pattern bytes as `/critical` (not pinned: the route follows the
+/// client's priority); a 400 with the reason at once if the segment is rejected.
+pub async fn delay_response(segment: &str) -> Response<BoxedBody> {
+    match parse_delay(segment) {
+        Ok(delay) => {
+            tokio::time::sleep(delay).await;
+            pattern_response(CRITICAL_LEN).map(BodyExt::boxed)
+        }
+        Err(e) => text_response(StatusCode::BAD_REQUEST, e).map(BodyExt::boxed),
+    }
+}
+
 /// The `{name}` of a path `prefix{name}` when it is one non-empty path segment
 /// (the same paths axum's `/prefix/{name}` matches).
 pub fn path_param<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
@@ -207,6 +264,43 @@ mod tests {
                 matches!(parse_size(bad), Err(SizeError::NotANumber(_))),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn delays() {
+        assert_eq!(parse_delay("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_delay("50"), Ok(Duration::from_millis(50)));
+        assert_eq!(
+            parse_delay("10000"),
+            Ok(Duration::from_millis(MAX_DELAY_MS))
+        );
+        assert!(matches!(parse_delay("10001"), Err(DelayError::TooLong(_))));
+        assert!(matches!(
+            parse_delay("99999999999999999999999"),
+            Err(DelayError::TooLong(_))
+        ));
+        for bad in ["", "abc", "-1", "+1", "1.5", " 1", "0x10"] {
+            assert!(
+                matches!(parse_delay(bad), Err(DelayError::NotANumber(_))),
+                "{bad}"
+            );
+        }
+        assert!(DelayError::TooLong("10001".into())
+            .to_string()
+            .contains("10000"));
+    }
+
+    #[tokio::test]
+    async fn delay_responses() {
+        let r = delay_response("0").await;
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_LENGTH], "4096");
+        assert_eq!(r.headers()[CONTENT_TYPE], OCTET_STREAM);
+        for bad in ["10001", "abc"] {
+            let r = delay_response(bad).await;
+            assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+            assert_eq!(r.headers()[CONTENT_TYPE], TEXT, "{bad}");
         }
     }
 

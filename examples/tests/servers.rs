@@ -4,10 +4,10 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use examples::responses::{BG_LEN, CRITICAL_LEN, MAX_SIZE};
+use examples::responses::{BG_LEN, CRITICAL_LEN, MAX_DELAY_MS, MAX_SIZE};
 use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
@@ -98,6 +98,45 @@ async fn routes_over_h2(name: &'static str) {
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     let r = c.fetch("POST", "/critical", &[]).await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+/// `/delay/50` answers the 4096 pattern bytes of `/critical` no sooner than 50 ms after the
+/// request, without pinning a priority (it follows the client); `/delay/10001` (over the
+/// 10 s limit) and `/delay/abc` are 400 with a plain-text reason.
+async fn delay_route(name: &'static str) {
+    let server = Server::start(name, &[]).await;
+    let mut c = h2_connect(server.addr, insecure_client(H2), "localhost", None).await;
+
+    let started = Instant::now();
+    let r = c.get("/delay/50", &[("priority", "u=6")]).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(header(&r.headers, "priority"), "", "not pinned");
+    assert_eq!(
+        header(&r.headers, "content-type"),
+        "application/octet-stream"
+    );
+    assert_eq!(header(&r.headers, "content-length"), "4096");
+    assert_pattern(&r.body, CRITICAL_LEN, "/delay/50");
+    assert!(
+        took >= Duration::from_millis(50),
+        "/delay/50 answered after {took:?}"
+    );
+
+    let too_long = format!("/delay/{}", MAX_DELAY_MS + 1);
+    for path in [too_long.as_str(), "/delay/abc"] {
+        let r = c.get(path, &[]).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(
+            header(&r.headers, "content-type").starts_with("text/plain"),
+            "{path}"
+        );
+        let reason = String::from_utf8(r.body).unwrap();
+        assert!(reason.contains("delay"), "{path}: {reason}");
+        if path == too_long {
+            assert!(reason.contains("10000"), "{path}: {reason}");
+        }
+    }
 }
 
 /// The seed workload on one HTTP/2 connection, under every policy: two 1 MiB downloads and
@@ -383,6 +422,7 @@ macro_rules! for_both {
 
 for_both!(
     routes_over_h2,
+    delay_route,
     concurrent_workload_over_h2,
     generated_certificate,
     provided_certificate,

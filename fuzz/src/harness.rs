@@ -66,8 +66,10 @@ const MAX_RECORD: usize = 16384;
 const DEFAULT_MAX_EARLY_UPDATES: usize = 128;
 const MAX_TRACKED_STREAMS: usize = 1024;
 /// What the read observer copies at most (`read_observer.rs`).
-const OBSERVER_MAX_HEADER_BLOCK: usize = 256 * 1024;
-const OBSERVER_MAX_SMALL_PAYLOAD: usize = 16 * 1024;
+const OBSERVER_MAX_HEADER_BLOCK: usize = 64 * 1024;
+const OBSERVER_MAX_SMALL_PAYLOAD: usize = 4 + 1024;
+/// The observer's cap on one block's decoded `priority` lines.
+const OBSERVER_MAX_PRIORITY_VALUE: usize = 1024;
 
 /// One wrapper poll making this many transport calls without progress is a livelock.
 const LIVELOCK_CALLS: usize = 100_000;
@@ -2713,7 +2715,7 @@ fn is_server_settings(bytes: &[u8]) -> bool {
         && bytes[3] == 0x4
         && bytes[4] & 0x1 == 0
         && bytes[5..9] == [0, 0, 0, 0]
-        && u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) % 6 == 0
+        && u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]).is_multiple_of(6)
 }
 
 /// Runs one `read_observer` input; `Err` describes a violated invariant.
@@ -2905,13 +2907,16 @@ pub fn run_read_case(case: &ReadCase) -> Result<(), String> {
         // nothing grows with DATA, PRIORITY_UPDATE or unknown frames.
         if let (Some(peak), Some(retained)) = (peak, retained) {
             // Reassembly buffers (payload and block, capacity up to twice their content),
-            // the HPACK table and decoded values (within the header bytes, several times
-            // over for small entries), a map entry per opened stream, the early updates,
-            // the small-payload buffer, and slack.
+            // the HPACK table (its entries come from literals in the header bytes, several
+            // times over for small entries, and the table is capped), the decoded priority
+            // value (one capped buffer: references to a large table entry are never copied
+            // per reference), a map entry per opened stream, the early updates, the
+            // small-payload buffer, and slack.
             let header_bytes = model.header_bytes as isize;
             let bound = 16 * 1024
                 + 4 * header_bytes.min(OBSERVER_MAX_HEADER_BLOCK as isize)
-                + 16 * header_bytes
+                + (16 * header_bytes).min(4 * 64 * 1024)
+                + 2 * OBSERVER_MAX_PRIORITY_VALUE as isize
                 + 256 * model.header_frames as isize
                 + 2 * (OBSERVER_MAX_SMALL_PAYLOAD as isize)
                 + 64 * case.max_early_updates() as isize;

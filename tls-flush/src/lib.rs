@@ -42,7 +42,7 @@ mod transport;
 mod write_path;
 
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, MAX_RECORD_PAYLOAD};
-pub use serve::{serve, serve_connection};
+pub use serve::{serve, serve_connection, HttpService, Serve};
 pub use socket::notsent_lowat;
 pub use stats::{ConnectionStats, StatsSnapshot};
 pub use stream::FlushStream;

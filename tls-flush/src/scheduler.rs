@@ -646,6 +646,59 @@ mod tests {
     }
 
     #[test]
+    fn a_priority_change_moves_queued_data_without_rescanning() {
+        let mut p = priorities(&[(1, "u=5"), (3, "u=4"), (5, "u=6, i")]);
+        let mut s = Scheduler::new(Ordering::Rfc9218);
+        for id in [1, 3, 5, 1, 3, 5] {
+            let (h, b) = unit(frame::DATA, 0, id, 10);
+            s.push(h, b, &mut p);
+        }
+        assert_eq!(s.least_urgent_queued(&mut p), Some(6));
+        // PRIORITY_UPDATE raises stream 5 above the others; a pin lowers stream 3.
+        let mut update = 5u32.to_be_bytes().to_vec();
+        update.extend_from_slice(b"u=0");
+        p.apply_update(0, &update);
+        p.response_started(3, Some(tower_priority::PriorityParams::parse(b"u=7")));
+        assert_eq!(s.next_data_urgency(&mut p), Some(0));
+        assert_eq!(s.least_urgent_queued(&mut p), Some(7));
+        let ids: Vec<u32> = drain(&mut s, &mut p)
+            .into_iter()
+            .map(|(_, id)| id)
+            .collect();
+        assert_eq!(ids, vec![5, 5, 1, 1, 3, 3]);
+        assert_eq!(s.least_urgent_queued(&mut p), None);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_later_epoch_is_indexed_with_the_priorities_of_when_it_is_served() {
+        let mut p = priorities(&[(1, "u=5"), (3, "u=4")]);
+        let mut s = Scheduler::new(Ordering::Rfc9218);
+        let (h, b) = unit(frame::DATA, 0, 1, 10);
+        s.push(h, b, &mut p);
+        let (h, b) = unit(frame::SETTINGS, frame::FLAG_ACK, 0, 0);
+        s.push(h, b, &mut p);
+        for id in [1, 3] {
+            let (h, b) = unit(frame::DATA, 0, id, 10);
+            s.push(h, b, &mut p);
+        }
+        // Stream 1 becomes the most urgent while its frames wait behind the barrier.
+        let mut update = 1u32.to_be_bytes().to_vec();
+        update.extend_from_slice(b"u=0");
+        p.apply_update(0, &update);
+        assert_eq!(
+            drain(&mut s, &mut p),
+            vec![
+                (frame::DATA, 1),
+                (frame::SETTINGS, 0),
+                (frame::DATA, 1),
+                (frame::DATA, 3)
+            ]
+        );
+        assert!(s.is_empty());
+    }
+
+    #[test]
     fn in_order_keeps_h2_order() {
         let mut p = priorities(&[(1, "u=7"), (3, "u=0")]);
         let mut s = Scheduler::new(Ordering::InOrder);

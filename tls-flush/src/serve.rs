@@ -1,23 +1,151 @@
 //! A short path for axum and hyper users: accept, handshake, wrap, serve.
+//!
+//! [`serve`] is a complete TLS server in the style of `axum::serve`: it returns a [`Serve`]
+//! builder that you configure and `.await`. [`serve_connection`] serves one accepted TCP
+//! connection and is what [`serve`] runs for each connection, on its own task.
+//!
+//! Every connection goes through the same steps: `TCP_NODELAY`, the TLS handshake, the
+//! [`FlushStream`] wrapper, then hyper's HTTP/1.1 + HTTP/2 server (`hyper_util`'s auto
+//! builder, with [`TokioTimer`] set on both protocols) with your service. Each request
+//! carries the connection's [`ConnectionStats`] in its extensions.
+//!
+//! The invariants (accept errors, timeouts, shutdown) are documented on [`Serve`], because
+//! this module is private and `Serve` is where users read them:
+//! accept errors never end the loop except on an unusable listening socket; handshakes
+//! time out (10 s); idle connections are shut down gracefully (60 s) and dropped if nothing
+//! moves for one more period; a graceful shutdown refuses new connections, lets responses
+//! in flight complete and resolves when every connection has ended; dropping the future
+//! aborts every connection.
 
 use std::convert::Infallible;
+use std::fmt;
+use std::future::{Future, IntoFuture};
 use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
-use tracing::Instrument;
+use tracing::{debug, warn, Instrument};
 
 use crate::config::FlushConfig;
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
+use crate::transport::Transport;
 
-/// Serves one accepted TCP connection: TLS handshake, `TCP_NODELAY`, the wrapper, then
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What [`serve`] and [`serve_connection`] accept: a tower service over
+/// `http::Request<hyper::body::Incoming>` that never fails (`Error = Infallible`), is
+/// `Clone + Send + 'static` with a `Send + 'static` future, and answers with a body that is
+/// `Send + 'static` with `Send` data and boxable errors.
+///
+/// You never implement it: every such service has it (an axum `Router`, a
+/// `tower::ServiceBuilder` stack, a `tower::service_fn`, ...).
+///
+/// ```
+/// fn accepts<S: tls_flush::HttpService>(_: S) {}
+/// accepts(axum::Router::new());
+/// ```
+pub trait HttpService:
+    tower::Service<
+        Request<Incoming>,
+        Response = Response<<Self as HttpService>::ResBody>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+    /// The response body type.
+    type ResBody: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> HttpService for S
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type ResBody = B;
+}
+
+const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// hyper's own default.
+const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// hyper's own default.
+const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
+const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Per-connection settings shared by [`serve`] and [`serve_connection`].
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    handshake_timeout: Duration,
+    idle_timeout: Duration,
+    header_read_timeout: Duration,
+    keep_alive_interval: Option<Duration>,
+    keep_alive_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            keep_alive_interval: None,
+            keep_alive_timeout: DEFAULT_KEEP_ALIVE_TIMEOUT,
+        }
+    }
+}
+
+/// hyper's HTTP/1.1 + HTTP/2 server builder as both [`serve`] and [`serve_connection`]
+/// configure it: tokio executor, tokio timer on both protocols, the header read timeout and
+/// the HTTP/2 keep-alive.
+fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.header_read_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(settings.keep_alive_interval)
+        .keep_alive_timeout(settings.keep_alive_timeout);
+    builder
+}
+
+/// Serves one accepted TCP connection: `TCP_NODELAY`, the TLS handshake, the wrapper, then
 /// hyper's HTTP/1.1 + HTTP/2 server with `service`. Returns the connection's counters.
+///
+/// It applies the defaults of [`Serve`]: the handshake must finish within 10 s, the
+/// connection is shut down gracefully after 60 s without a byte moving on its socket (and
+/// dropped after 60 s more), hyper's HTTP/1 header read timeout is 30 s, HTTP/2 keep-alive is
+/// off. Every request carries the connection's [`ConnectionStats`] in its extensions.
+///
+/// Errors: the handshake's (`TimedOut` when it took too long), a connection dropped while
+/// shutting down (`TimedOut`), and hyper's (as `io::Error::other`).
 ///
 /// ```no_run
 /// # async fn run(tcp: tokio::net::TcpStream, acceptor: tokio_rustls::TlsAcceptor) {
@@ -28,74 +156,728 @@ use crate::stream::FlushStream;
 /// println!("records written: {}", stats.records_written);
 /// # }
 /// ```
-pub async fn serve_connection<S, B>(
+pub async fn serve_connection<S: HttpService>(
     tcp: TcpStream,
     acceptor: TlsAcceptor,
     config: FlushConfig,
     service: S,
-) -> io::Result<StatsSnapshot>
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+) -> io::Result<StatsSnapshot> {
+    let settings = Settings::default();
+    let builder = http_builder(&settings);
+    run_connection(tcp, acceptor, config, service, &settings, &builder, None).await
+}
+
+/// Accepts TLS connections on `listener` and serves each with `service` on its own task,
+/// through [`FlushStream`] with `config`. Configure the returned [`Serve`], then `.await` it.
+///
+/// The future runs until [`Serve::with_graceful_shutdown`]'s signal fires and every
+/// connection has ended (`Ok(())`), or until the listening socket becomes unusable (`Err`,
+/// see [`Serve`]); without a signal and on a healthy socket it never resolves. [`Serve`]
+/// documents what happens on accept errors, timeouts and shutdown.
+///
+/// Handlers can read the connection's counters: each request carries its connection's
+/// [`ConnectionStats`] in its extensions (`Extension<ConnectionStats>` in axum).
+///
+/// ```no_run
+/// # async fn run(acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+/// use axum::{routing::get, Extension};
+/// use tls_flush::ConnectionStats;
+///
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
+/// let app = axum::Router::new()
+///     .route("/", get(|| async { "hi" }))
+///     .route(
+///         "/stats",
+///         get(|Extension(stats): Extension<ConnectionStats>| async move {
+///             format!("{:?}", stats.snapshot())
+///         }),
+///     );
+/// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+///     .with_graceful_shutdown(async {
+///         let _ = tokio::signal::ctrl_c().await;
+///     })
+///     .await
+/// # }
+/// ```
+pub fn serve<S: HttpService>(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    config: FlushConfig,
+    service: S,
+) -> Serve<S> {
+    Serve {
+        listener,
+        acceptor,
+        config,
+        service,
+        settings: Settings::default(),
+        signal: None,
+    }
+}
+
+/// A TLS server being configured; returned by [`serve`]. `.await` it to run it
+/// (it implements [`IntoFuture`] with `Output = io::Result<()>`).
+///
+/// # Invariants
+///
+/// - **Accept errors never stop the server** unless the listening socket itself is unusable.
+///   Errors about one pending connection (`ECONNABORTED`, `ECONNRESET`, `EPROTO`,
+///   `EHOSTUNREACH` and the other network errors Linux reports from `accept`, `EPERM` from a
+///   firewall) are logged at debug level and the next connection is accepted at once. Every
+///   other error (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`, ...) is logged with
+///   `tracing::warn!` and accepting is retried after a pause that starts at 5 ms, doubles up
+///   to 1 s while errors continue, and resets after a successful accept. Only `EBADF`,
+///   `ENOTSOCK` and `EINVAL` (the descriptor was closed or replaced, or the socket is no
+///   longer listening; none of them can recover) end the accept loop: the open connections
+///   are then shut down gracefully as after a shutdown signal, and the future resolves to
+///   that error once they have ended.
+/// - **TLS handshake timeout** (default 10 s, [`Serve::handshake_timeout`]): a connection
+///   whose handshake has not finished by then is dropped, logged at debug level.
+/// - **Idle timeout** (default 60 s, [`Serve::idle_timeout`]): a connection on whose socket
+///   no byte moved in either direction for that long is asked to shut down gracefully; if no
+///   byte moves for one more idle timeout after a graceful shutdown began (for any reason),
+///   it is dropped.
+/// - **HTTP/1 header read timeout** (default hyper's 30 s, [`Serve::header_read_timeout`])
+///   and **HTTP/2 keep-alive** (default off, [`Serve::http2_keep_alive`]) are hyper's own.
+/// - **Graceful shutdown** ([`Serve::with_graceful_shutdown`]): when the signal fires the
+///   listener is dropped (new connections are refused), connections still in their TLS
+///   handshake are dropped, every other connection is asked to shut down gracefully
+///   (HTTP/2 `GOAWAY`; HTTP/1.1 closes after the response in flight), responses in flight
+///   complete, and the future resolves once every connection has ended.
+/// - **Dropping the future** (for example when a `tokio::time::timeout` around it expires)
+///   drops the listener and aborts every connection task still running.
+/// - **Request extensions**: every request carries its connection's [`ConnectionStats`]
+///   (`Extension<ConnectionStats>` in axum), a handle on live counters.
+#[must_use = "a Serve does nothing until it is awaited"]
+pub struct Serve<S> {
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    config: FlushConfig,
+    service: S,
+    settings: Settings,
+    signal: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl<S> fmt::Debug for Serve<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Serve")
+            .field("local_addr", &self.listener.local_addr().ok())
+            .field("config", &self.config)
+            .field("handshake_timeout", &self.settings.handshake_timeout)
+            .field("idle_timeout", &self.settings.idle_timeout)
+            .field("header_read_timeout", &self.settings.header_read_timeout)
+            .field(
+                "http2_keep_alive_interval",
+                &self.settings.keep_alive_interval,
+            )
+            .field(
+                "http2_keep_alive_timeout",
+                &self.settings.keep_alive_timeout,
+            )
+            .field("graceful_shutdown", &self.signal.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Serve<S> {
+    /// How long a TLS handshake may take (default 10 s), counted from the accept. A
+    /// connection whose handshake has not finished by then is dropped and logged at debug
+    /// level.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// let app = axum::Router::new();
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .handshake_timeout(Duration::from_secs(5))
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.handshake_timeout = timeout;
+        self
+    }
+
+    /// How long a connection may stay idle (default 60 s) before it is shut down gracefully
+    /// with hyper's `graceful_shutdown` (HTTP/2 `GOAWAY`, HTTP/1.1 close once the response
+    /// in flight is written).
+    ///
+    /// *Idle* means that no byte was read from or written to the connection's TCP socket,
+    /// in either direction: TLS records of any kind count (application data, alerts, key
+    /// updates), so do HTTP/2 control frames such as PING and WINDOW_UPDATE. A response
+    /// still being computed while nothing moves is idle time too: its connection is asked
+    /// to shut down, the response still completes. A download that a client reads slowly
+    /// is not idle as long as some byte moves within each timeout.
+    ///
+    /// Precision: the time of the last byte is kept with millisecond resolution, and the
+    /// check runs on tokio's timer (1 ms granularity), so the shutdown begins no earlier
+    /// than `timeout` after the last byte, and normally within 2 ms plus scheduling delay
+    /// after that.
+    ///
+    /// If no byte moves for one more `timeout` after a graceful shutdown began (for this
+    /// reason or because of [`with_graceful_shutdown`](Self::with_graceful_shutdown)'s
+    /// signal), the connection is dropped: a peer that stopped reading cannot hold it open.
+    ///
+    /// Interactions: with [`http2_keep_alive`](Self::http2_keep_alive) at an interval
+    /// shorter than `timeout`, hyper's PINGs are traffic and an idle HTTP/2 connection is
+    /// never closed by this timeout. HTTP/1.1 connections waiting for their next request
+    /// are also closed by hyper's [`header_read_timeout`](Self::header_read_timeout),
+    /// whichever comes first.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// let app = axum::Router::new();
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .idle_timeout(Duration::from_secs(300))
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.idle_timeout = timeout;
+        self
+    }
+
+    /// hyper's HTTP/1 header read timeout (default hyper's 30 s): a client must send a
+    /// request's complete header section within this time after hyper starts reading it,
+    /// which includes the wait for the next request on a kept-alive connection; otherwise
+    /// the connection is closed. It does not apply to HTTP/2.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// let app = axum::Router::new();
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .header_read_timeout(Duration::from_secs(10))
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.header_read_timeout = timeout;
+        self
+    }
+
+    /// hyper's HTTP/2 keep-alive (default off): with `Some(interval)`, hyper sends a PING
+    /// after `interval` without frames from the client, and closes the connection if the
+    /// acknowledgement does not arrive within `timeout` (hyper's default 20 s). hyper's
+    /// server pings idle connections too, which keeps them from
+    /// [`idle_timeout`](Self::idle_timeout) when `interval` is shorter. It does not apply to
+    /// HTTP/1.1.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// let app = axum::Router::new();
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .http2_keep_alive(Some(Duration::from_secs(30)), Duration::from_secs(10))
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn http2_keep_alive(mut self, interval: Option<Duration>, timeout: Duration) -> Self {
+        self.settings.keep_alive_interval = interval;
+        self.settings.keep_alive_timeout = timeout;
+        self
+    }
+
+    /// Shuts the server down gracefully when `signal` completes: the listener is dropped,
+    /// so new connections are refused; connections still in their TLS handshake are
+    /// dropped; every other connection is asked to shut down gracefully (HTTP/2 `GOAWAY`,
+    /// HTTP/1.1 closes after the response in flight); responses in flight complete; the
+    /// future resolves with `Ok(())` once every connection has ended.
+    ///
+    /// There is no upper bound on that wait other than the idle rule of
+    /// [`idle_timeout`](Self::idle_timeout) (a connection on which nothing moves for that
+    /// long is dropped): a slow download keeps the server running. Callers who want a bound
+    /// wrap the future in `tokio::time::timeout`; when it expires the future is dropped,
+    /// which aborts the remaining connections. A second call replaces the first signal.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// use std::future::IntoFuture;
+    /// use std::time::Duration;
+    ///
+    /// let app = axum::Router::new();
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let mut server = tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .with_graceful_shutdown(async {
+    ///         let _ = stopped.await;
+    ///     })
+    ///     .into_future();
+    /// tokio::select! {
+    ///     res = &mut server => return res,
+    ///     _ = tokio::signal::ctrl_c() => {
+    ///         let _ = stop.send(());
+    ///     }
+    /// }
+    /// // At most 30 s more for the responses in flight; then dropping `server` aborts the rest.
+    /// tokio::time::timeout(Duration::from_secs(30), server)
+    ///     .await
+    ///     .unwrap_or(Ok(()))
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn with_graceful_shutdown<F>(mut self, signal: F) -> Self
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.signal = Some(Box::pin(signal));
+        self
+    }
+
+    /// The address the listener is bound to.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// let app = axum::Router::new();
+    /// let server = tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app);
+    /// println!("listening on https://{}", server.local_addr()?);
+    /// server.await
+    /// # }
+    /// ```
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+}
+
+impl<S: HttpService> IntoFuture for Serve<S> {
+    type Output = io::Result<()>;
+    type IntoFuture = Pin<Box<dyn Future<Output = io::Result<()>> + Send + 'static>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// What an accept error means for the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AcceptError {
+    /// About the pending connection only: accept the next one at once.
+    Connection,
+    /// The listening socket is unusable for good.
+    Fatal,
+    /// Resource exhaustion or unknown: retry after a backoff.
+    Transient,
+}
+
+fn classify(err: &io::Error) -> AcceptError {
+    match err.raw_os_error() {
+        Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL) => AcceptError::Fatal,
+        // Network errors Linux passes on from the pending connection (accept(2)), and a
+        // firewall's EPERM.
+        Some(
+            libc::ECONNABORTED
+            | libc::ECONNRESET
+            | libc::ECONNREFUSED
+            | libc::EPROTO
+            | libc::ENETDOWN
+            | libc::ENOPROTOOPT
+            | libc::EHOSTDOWN
+            | libc::ENONET
+            | libc::EHOSTUNREACH
+            | libc::EOPNOTSUPP
+            | libc::ENETUNREACH
+            | libc::EPERM,
+        ) => AcceptError::Connection,
+        Some(_) => AcceptError::Transient,
+        None => match err.kind() {
+            io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused => AcceptError::Connection,
+            _ => AcceptError::Transient,
+        },
+    }
+}
+
+impl<S: HttpService> Serve<S> {
+    async fn run(self) -> io::Result<()> {
+        let Serve {
+            listener,
+            acceptor,
+            config,
+            service,
+            settings,
+            signal,
+        } = self;
+        let builder = Arc::new(http_builder(&settings));
+        let mut signal = signal.unwrap_or_else(|| Box::pin(std::future::pending()));
+        // `true` once the server shuts down; every connection task holds a receiver.
+        let (shutdown, _) = watch::channel(false);
+        let mut connections = JoinSet::new();
+        let mut backoff: Option<Duration> = None;
+        let mut failure = None;
+        let local = listener.local_addr().ok();
+        debug!(addr = ?local, "tls-flush: accepting");
+
+        'accept: loop {
+            tokio::select! {
+                biased;
+                () = &mut signal => break 'accept,
+                Some(joined) = connections.join_next() => reap(joined),
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _peer)) => {
+                        backoff = None;
+                        let task = run_connection_owned(
+                            tcp,
+                            acceptor.clone(),
+                            config.clone(),
+                            service.clone(),
+                            settings,
+                            builder.clone(),
+                            shutdown.subscribe(),
+                        );
+                        connections.spawn(task);
+                    }
+                    Err(err) => match classify(&err) {
+                        AcceptError::Connection => {
+                            debug!(error = %err, "accept failed for one connection; continuing");
+                        }
+                        AcceptError::Fatal => {
+                            tracing::error!(error = %err, "listener unusable; shutting down");
+                            failure = Some(err);
+                            break 'accept;
+                        }
+                        AcceptError::Transient => {
+                            let delay = backoff.map_or(MIN_ACCEPT_BACKOFF, |d| {
+                                (d * 2).min(MAX_ACCEPT_BACKOFF)
+                            });
+                            backoff = Some(delay);
+                            warn!(error = %err, retry_in = ?delay, "accept failed");
+                            tokio::select! {
+                                biased;
+                                () = &mut signal => break 'accept,
+                                () = tokio::time::sleep(delay) => {}
+                            }
+                        }
+                    },
+                },
+            }
+        }
+
+        drop(listener);
+        shutdown.send_replace(true);
+        debug!(
+            addr = ?local,
+            connections = connections.len(),
+            "tls-flush: stopped accepting; shutting connections down gracefully"
+        );
+        while let Some(joined) = connections.join_next().await {
+            reap(joined);
+        }
+        debug!(addr = ?local, "tls-flush: all connections ended");
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
+    }
+}
+
+fn reap(joined: Result<(), tokio::task::JoinError>) {
+    if let Err(err) = joined {
+        if err.is_panic() {
+            warn!(error = %err, "connection task panicked");
+        }
+    }
+}
+
+/// [`run_connection`] with everything owned, for a spawned task; the outcome is logged
+/// inside.
+async fn run_connection_owned<S: HttpService>(
+    tcp: TcpStream,
+    acceptor: TlsAcceptor,
+    config: FlushConfig,
+    service: S,
+    settings: Settings,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let _ = run_connection(
+        tcp,
+        acceptor,
+        config,
+        service,
+        &settings,
+        &builder,
+        Some(shutdown),
+    )
+    .await;
+}
+
+/// One connection, from the accepted TCP stream to its end. Logs its outcome at debug level.
+async fn run_connection<S: HttpService>(
+    tcp: TcpStream,
+    acceptor: TlsAcceptor,
+    config: FlushConfig,
+    service: S,
+    settings: &Settings,
+    builder: &auto::Builder<TokioExecutor>,
+    shutdown: Option<watch::Receiver<bool>>,
+) -> io::Result<StatsSnapshot> {
     let span = tracing::debug_span!("tls-flush", peer = ?tcp.peer_addr().ok());
     async move {
-        tcp.set_nodelay(true)?;
-        let tls = acceptor.accept(tcp).await?;
-        let stream = FlushStream::new(tls, config);
-        let stats: ConnectionStats = stream.stats();
-        tracing::debug!(http2 = stream.is_http2(), "wrapped");
-        let served = auto::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-            .await;
-        tracing::debug!(counters = ?stats.snapshot(), "closed");
-        served.map_err(io::Error::other)?;
-        Ok(stats.snapshot())
+        let result =
+            connection_inner(tcp, acceptor, config, service, settings, builder, shutdown).await;
+        match &result {
+            Ok(stats) => debug!(counters = ?stats, "closed"),
+            Err(err) => debug!(error = %err, "connection failed"),
+        }
+        result
     }
     .instrument(span)
     .await
 }
 
-/// Accepts connections forever and serves each with [`serve_connection`] on its own task.
-/// Errors of single connections are logged at debug level and do not stop the loop.
-///
-/// ```no_run
-/// # async fn run(acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
-/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
-/// let app = axum::Router::new().route("/", axum::routing::get(|| async { "hi" }));
-/// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app).await
-/// # }
-/// ```
-pub async fn serve<S, B>(
-    listener: TcpListener,
+async fn connection_inner<S: HttpService>(
+    tcp: TcpStream,
     acceptor: TlsAcceptor,
     config: FlushConfig,
     service: S,
-) -> io::Result<()>
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    loop {
-        let (tcp, peer) = listener.accept().await?;
-        let (acceptor, config, service) = (acceptor.clone(), config.clone(), service.clone());
-        tokio::spawn(async move {
-            match serve_connection(tcp, acceptor, config, service).await {
-                Ok(stats) => tracing::debug!(%peer, ?stats, "connection closed"),
-                Err(err) => tracing::debug!(%peer, %err, "connection failed"),
+    settings: &Settings,
+    builder: &auto::Builder<TokioExecutor>,
+    mut shutdown: Option<watch::Receiver<bool>>,
+) -> io::Result<StatsSnapshot> {
+    tcp.set_nodelay(true)?;
+    let clock = Arc::new(ActivityClock::new());
+    let io = Tracked {
+        io: tcp,
+        clock: clock.clone(),
+    };
+
+    let handshake = tokio::time::timeout(settings.handshake_timeout, acceptor.accept(io));
+    let tls = tokio::select! {
+        handshake = handshake => match handshake {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(err)) => {
+                debug!(error = %err, "TLS handshake failed; dropping the connection");
+                return Err(err);
             }
-        });
+            Err(_) => {
+                debug!(
+                    timeout = ?settings.handshake_timeout,
+                    "TLS handshake timed out; dropping the connection"
+                );
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "TLS handshake not finished within {:?}",
+                        settings.handshake_timeout
+                    ),
+                ));
+            }
+        },
+        () = shutdown_requested(&mut shutdown) => {
+            debug!("server shutting down; dropping a connection in its TLS handshake");
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "server shut down during the TLS handshake",
+            ));
+        }
+    };
+
+    let stream = FlushStream::new(tls, config);
+    let stats: ConnectionStats = stream.stats();
+    tracing::debug!(http2 = stream.is_http2(), "wrapped");
+    let request_stats = stats.clone();
+    let service = tower::util::MapRequest::new(service, move |mut req: Request<Incoming>| {
+        req.extensions_mut().insert(request_stats.clone());
+        req
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+    let mut conn = std::pin::pin!(conn);
+    let idle_timeout = settings.idle_timeout;
+    let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
+    let mut shutting_down = false;
+    let served = loop {
+        tokio::select! {
+            served = conn.as_mut() => break served,
+            () = idle.as_mut() => {
+                if shutting_down {
+                    debug!(
+                        timeout = ?idle_timeout,
+                        "nothing moved while shutting down; dropping the connection"
+                    );
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no byte moved for {idle_timeout:?} during a graceful shutdown"),
+                    ));
+                }
+                debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
+                conn.as_mut().graceful_shutdown();
+                shutting_down = true;
+                clock.touch();
+                idle.set(idle_for(&clock, idle_timeout));
+            }
+            () = shutdown_requested(&mut shutdown), if !shutting_down => {
+                debug!("server shutting down; shutting the connection down gracefully");
+                conn.as_mut().graceful_shutdown();
+                shutting_down = true;
+                clock.touch();
+                idle.set(idle_for(&clock, idle_timeout));
+            }
+        }
+    };
+    served.map_err(io::Error::other)?;
+    Ok(stats.snapshot())
+}
+
+/// Completes once the server shuts down; never without a receiver, or when the server was
+/// dropped (its connection tasks are aborted then anyway).
+async fn shutdown_requested(shutdown: &mut Option<watch::Receiver<bool>>) {
+    if let Some(rx) = shutdown {
+        if rx.wait_for(|&down| down).await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
+}
+
+/// When a byte last moved on a connection's socket, in milliseconds since `base`.
+#[derive(Debug)]
+struct ActivityClock {
+    base: Instant,
+    last_ms: AtomicU64,
+}
+
+impl ActivityClock {
+    fn new() -> Self {
+        ActivityClock {
+            base: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// `timeout` after the last activity, rounded up to the next millisecond; `None` when
+    /// that is beyond what `Instant` can represent.
+    fn deadline(&self, timeout: Duration) -> Option<Instant> {
+        let last = self.last_ms.load(Ordering::Relaxed).saturating_add(1);
+        self.base
+            .checked_add(Duration::from_millis(last))?
+            .checked_add(timeout)
+    }
+}
+
+/// Completes once no byte moved for `timeout`.
+async fn idle_for(clock: &ActivityClock, timeout: Duration) {
+    loop {
+        let Some(deadline) = clock.deadline(timeout) else {
+            return std::future::pending().await;
+        };
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline).await;
+    }
+}
+
+/// The TCP stream under TLS, recording when a byte moves in either direction.
+#[derive(Debug)]
+struct Tracked<T> {
+    io: T,
+    clock: Arc<ActivityClock>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let res = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.clock.touch();
+        }
+        res
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.io).poll_write(cx, buf);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            this.clock.touch();
+        }
+        res
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let res = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            this.clock.touch();
+        }
+        res
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+impl Transport for Tracked<TcpStream> {
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        Some(&self.io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_errors() {
+        let os = io::Error::from_raw_os_error;
+        assert_eq!(classify(&os(libc::EMFILE)), AcceptError::Transient);
+        assert_eq!(classify(&os(libc::ENFILE)), AcceptError::Transient);
+        assert_eq!(classify(&os(libc::ENOBUFS)), AcceptError::Transient);
+        assert_eq!(classify(&os(libc::ECONNABORTED)), AcceptError::Connection);
+        assert_eq!(classify(&os(libc::EPROTO)), AcceptError::Connection);
+        assert_eq!(classify(&os(libc::EBADF)), AcceptError::Fatal);
+        assert_eq!(classify(&os(libc::EINVAL)), AcceptError::Fatal);
+        let custom = io::Error::new(io::ErrorKind::ConnectionReset, "reset");
+        assert_eq!(classify(&custom), AcceptError::Connection);
+        assert_eq!(classify(&io::Error::other("?")), AcceptError::Transient);
+    }
+
+    #[tokio::test]
+    async fn idle_deadline_follows_activity() {
+        let clock = ActivityClock::new();
+        let timeout = Duration::from_millis(200);
+        let start = Instant::now();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        clock.touch();
+        idle_for(&clock, timeout).await;
+        let waited = start.elapsed();
+        // Never before `timeout` after the last activity (generous upper bound: a loaded CI).
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+        // A deadline beyond `Instant`'s range never fires.
+        assert!(clock.deadline(Duration::MAX).is_none());
     }
 }

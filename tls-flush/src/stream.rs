@@ -177,7 +177,7 @@ fn starts_with_server_settings(buf: &[u8]) -> bool {
         h.kind == crate::frame::SETTINGS
             && h.flags & crate::frame::FLAG_ACK == 0
             && h.stream_id == 0
-            && h.length % 6 == 0
+            && h.length.is_multiple_of(6)
             && buf[5] & 0x80 == 0
     })
 }
@@ -193,12 +193,10 @@ impl<T: Transport> AsyncRead for FlushStream<T> {
         let result = Pin::new(&mut this.io).poll_read(cx, buf);
         let new = &buf.filled()[before..];
         this.stats.add_bytes_read(new.len() as u64);
-        if this.mode != Mode::PassThrough {
-            if !new.is_empty() {
-                this.read.observe(new, &mut this.priorities);
-                if this.mode == Mode::Undecided && this.read.verdict() == Verdict::NotHttp2 {
-                    this.mode = Mode::PassThrough;
-                }
+        if this.mode != Mode::PassThrough && !new.is_empty() {
+            this.read.observe(new, &mut this.priorities);
+            if this.mode == Mode::Undecided && this.read.verdict() == Verdict::NotHttp2 {
+                this.mode = Mode::PassThrough;
             }
         }
         result

@@ -2700,3 +2700,49 @@ fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
         assert_eq!(h.stats().data_frames_reordered, 0);
     }
 }
+
+/// A DATA frame larger than the hard limit and than 1 MiB (a client may allow frames of up
+/// to 16 MiB) is never held whole: it is written through in pieces once everything before
+/// it is out, and nothing else comes between its pieces. The queue's accounted memory stays
+/// within the hard limit plus a piece, under every policy, with partial and refused writes.
+#[test]
+fn frames_larger_than_the_hard_limit_are_written_through_in_pieces() {
+    let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
+    for policy in Policy::ALL {
+        let mut h = Harness::new(
+            FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false),
+            Wire::new(
+                vec![Step::Accept(7000), Step::Pending, Step::Accept(usize::MAX)],
+                Buffering::Off,
+                client.clone(),
+            ),
+        );
+        h.read_all_client().unwrap();
+        let input = vec![
+            settings_frame(0, &[]),
+            Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+            data(1, 0, 3 << 20, false),
+            Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+            data(3, 0, 100, true),
+            data(1, 1, (2 << 20) + 5, true),
+        ];
+        let bytes = encode_all(&input);
+        for chunk in bytes.chunks(50_000) {
+            h.write_all(chunk).unwrap();
+            h.flush().unwrap();
+        }
+        h.settle().unwrap();
+        let out = parse_frames(&h.output()).unwrap();
+        let perm = match_frames(&input, &out).unwrap();
+        check_header_blocks(&out, &perm).unwrap();
+        check_control_not_overtaken(&out, &perm).unwrap();
+        let s = h.stats();
+        assert_eq!(s.queued_bytes, 0, "{policy}");
+        assert!(
+            s.queued_memory_high_water <= (1 << 20) + 2 * (16384 + 128),
+            "{policy}: {} bytes accounted at the peak",
+            s.queued_memory_high_water
+        );
+        assert!(s.queued_bytes_high_water < 1 << 20, "{policy}");
+    }
+}

@@ -1,0 +1,219 @@
+//! Shared pieces of the `tls_flush::serve` tests: a TLS server configuration with a fresh
+//! `rcgen` certificate, a client trusting it, an HTTP/2 client over tokio-rustls, the test
+//! app, and body checks.
+
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::{Extension, Router};
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use rcgen::{CertificateParams, KeyPair};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tls_flush::ConnectionStats;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+/// Bound for anything a test waits on.
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Length of `/big`.
+pub const BIG_LEN: usize = 1 << 20;
+/// `/trickle`: this many chunks of [`TRICKLE_CHUNK`] bytes, one every [`TRICKLE_EVERY`].
+pub const TRICKLE_CHUNKS: usize = 30;
+/// Size of one `/trickle` chunk.
+pub const TRICKLE_CHUNK: usize = 1000;
+/// Pause before each `/trickle` chunk.
+pub const TRICKLE_EVERY: Duration = Duration::from_millis(50);
+
+/// Awaits `fut` or panics after [`TIMEOUT`].
+pub async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
+    tokio::time::timeout(TIMEOUT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {what}"))
+}
+
+/// The byte at offset `i` of every test body.
+pub fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server acceptor (ALPN `h2`, `http/1.1`) with a fresh self-signed certificate for
+/// `localhost` (rcgen's default leaf parameters), and a client configuration trusting only
+/// that certificate and offering `h2`.
+pub fn tls_pair() -> (TlsAcceptor, Arc<ClientConfig>) {
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let mut server = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+
+    let mut roots = RootCertStore::empty();
+    roots.add(cert.der().clone()).unwrap();
+    let mut client = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    (TlsAcceptor::from(Arc::new(server)), Arc::new(client))
+}
+
+/// The test app:
+/// - `/small`: `ok`;
+/// - `/big`: [`BIG_LEN`] pattern bytes;
+/// - `/trickle`: [`TRICKLE_CHUNKS`] × [`TRICKLE_CHUNK`] pattern bytes, one chunk every
+///   [`TRICKLE_EVERY`];
+/// - `/stats`: `bytes_written` of the connection's `ConnectionStats`, read from the
+///   request extensions.
+pub fn app() -> Router {
+    Router::new()
+        .route("/small", get(|| async { "ok" }))
+        .route("/big", get(|| async { Bytes::from(pattern(BIG_LEN)) }))
+        .route(
+            "/trickle",
+            get(|| async {
+                let all = Bytes::from(pattern(TRICKLE_CHUNKS * TRICKLE_CHUNK));
+                let chunks = futures_util::stream::unfold(0usize, move |i| {
+                    let all = all.clone();
+                    async move {
+                        if i == TRICKLE_CHUNKS {
+                            return None;
+                        }
+                        tokio::time::sleep(TRICKLE_EVERY).await;
+                        let chunk = all.slice(i * TRICKLE_CHUNK..(i + 1) * TRICKLE_CHUNK);
+                        Some((Ok::<_, Infallible>(chunk), i + 1))
+                    }
+                });
+                Body::from_stream(chunks)
+            }),
+        )
+        .route(
+            "/stats",
+            get(|Extension(stats): Extension<ConnectionStats>| async move {
+                stats.snapshot().bytes_written.to_string()
+            }),
+        )
+}
+
+/// An HTTP/2 client connection; `connection` ends when the server closes it.
+pub struct H2Client {
+    pub send: h2::client::SendRequest<Bytes>,
+    pub connection: JoinHandle<Result<(), h2::Error>>,
+}
+
+/// TCP connect, TLS handshake as `localhost`, HTTP/2 handshake. With `window`, the stream
+/// and connection windows stay at that size (capacity is released only by the caller);
+/// without, they are large.
+pub async fn h2_connect(
+    addr: SocketAddr,
+    client: Arc<ClientConfig>,
+    window: Option<u32>,
+) -> H2Client {
+    let tcp = within("TCP connect", TcpStream::connect(addr))
+        .await
+        .expect("TCP connect");
+    h2_over(tcp, client, window).await
+}
+
+/// [`h2_connect`] over an already connected TCP stream.
+pub async fn h2_over(tcp: TcpStream, client: Arc<ClientConfig>, window: Option<u32>) -> H2Client {
+    let name = ServerName::try_from("localhost").unwrap();
+    let tls = within(
+        "TLS handshake",
+        TlsConnector::from(client).connect(name, tcp),
+    )
+    .await
+    .expect("TLS handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
+    let mut builder = h2::client::Builder::new();
+    match window {
+        Some(w) => builder.initial_window_size(w),
+        None => builder
+            .initial_window_size(8 << 20)
+            .initial_connection_window_size(32 << 20),
+    };
+    let (send, connection) = within("h2 handshake", builder.handshake(tls))
+        .await
+        .expect("h2 handshake");
+    H2Client {
+        send,
+        connection: tokio::spawn(connection),
+    }
+}
+
+impl H2Client {
+    /// Sends `GET path`; the response head, body not read.
+    pub async fn request(&mut self, path: &str) -> http::Response<h2::RecvStream> {
+        let send = within("h2 ready", self.send.clone().ready())
+            .await
+            .expect("h2 ready");
+        let mut send = send;
+        let req = Request::get(format!("https://localhost{path}"))
+            .body(())
+            .unwrap();
+        let (res, _) = send.send_request(req, true).expect("send_request");
+        within("h2 response", res).await.expect("h2 response")
+    }
+
+    /// `GET path`, the whole body read.
+    pub async fn get(&mut self, path: &str) -> (StatusCode, Vec<u8>) {
+        let res = self.request(path).await;
+        let status = res.status();
+        let mut body = res.into_body();
+        let body = within("h2 body", read_all(&mut body)).await;
+        (status, body)
+    }
+}
+
+/// Reads the body to its end, releasing flow-control capacity as it goes.
+pub async fn read_all(body: &mut h2::RecvStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("h2 DATA");
+        body.flow_control()
+            .release_capacity(chunk.len())
+            .expect("release capacity");
+        out.extend_from_slice(&chunk);
+    }
+    out
+}
+
+/// Asserts that `body` is exactly the first `len` pattern bytes, naming the first wrong
+/// offset otherwise.
+pub fn assert_pattern(body: &[u8], len: usize, what: &str) {
+    let expected = pattern(len);
+    if body != expected.as_slice() {
+        let first_bad = body
+            .iter()
+            .zip(&expected)
+            .position(|(a, b)| a != b)
+            .unwrap_or(body.len().min(len));
+        panic!(
+            "{what}: {} bytes, expected {len}; first difference at offset {first_bad}",
+            body.len()
+        );
+    }
+}
