@@ -11,7 +11,7 @@ use crate::priorities::StreamPriorities;
 use crate::read_observer::{ReadObserver, Verdict};
 use crate::stats::ConnectionStats;
 use crate::transport::Transport;
-use crate::write_path::WritePath;
+use crate::write_path::{Drive, WritePath};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -129,9 +129,13 @@ impl<T: Transport> FlushStream<T> {
             let queued_after_absorb = self.write.queued_bytes();
             // Push out whatever full records are ready; a Pending here is fine, the
             // transport will wake us.
-            let drove =
-                self.write
-                    .drive(cx, &mut self.io, &self.config, &mut self.priorities, false);
+            let drove = self.write.drive(
+                cx,
+                &mut self.io,
+                &self.config,
+                &mut self.priorities,
+                Drive::Write,
+            );
             if let Poll::Ready(Err(err)) = drove {
                 return Poll::Ready(Err(err));
             }
@@ -149,13 +153,12 @@ impl<T: Transport> FlushStream<T> {
             }
             // Nothing was admitted, yet the transport took everything it could without
             // blocking (only a short record is left): push that out too, then try again.
-            let config = self.config.clone().cork(false);
             std::task::ready!(self.write.drive(
                 cx,
                 &mut self.io,
-                &config,
+                &self.config,
                 &mut self.priorities,
-                true
+                Drive::Push
             ))?;
             if self.write.queued_bytes() == queued_after_absorb {
                 // No progress without blocking: DATA is held for an urgent response
@@ -247,10 +250,13 @@ impl<T: Transport> AsyncWrite for FlushStream<T> {
         if this.mode != Mode::Http2 {
             return Pin::new(&mut this.io).poll_flush(cx);
         }
-        match this
-            .write
-            .drive(cx, &mut this.io, &this.config, &mut this.priorities, true)
-        {
+        match this.write.drive(
+            cx,
+            &mut this.io,
+            &this.config,
+            &mut this.priorities,
+            Drive::Flush,
+        ) {
             Poll::Pending => Poll::Ready(Ok(())),
             ready => ready,
         }
@@ -261,13 +267,12 @@ impl<T: Transport> AsyncWrite for FlushStream<T> {
         if this.mode == Mode::Http2 {
             // Drain everything, short records and held DATA included: nothing waits at
             // shutdown.
-            let config = this.config.clone().cork(false).anticipate(None);
             std::task::ready!(this.write.drive(
                 cx,
                 &mut this.io,
-                &config,
+                &this.config,
                 &mut this.priorities,
-                true
+                Drive::Drain
             ))?;
             if this.write.has_partial_frame() {
                 tracing::debug!(

@@ -1,23 +1,22 @@
 //! The write path for HTTP/2: absorb h2's frames, learn what the server pinned, queue,
 //! schedule, and hand the transport one record-sized write at a time.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{ready, Context, Poll};
-use std::time::Instant;
-
 use bytes::{Bytes, BytesMut};
 use tower_priority::PriorityParams;
 
 use crate::absorb::{FrameAssembler, Step, PIECE};
 use crate::anticipation::HoldClock;
-use crate::config::{FlushConfig, RecordSizing};
+use crate::config::FlushConfig;
 use crate::frame::{self, FrameHeader};
 use crate::hpack::{PassiveDecoder, PriorityField};
 use crate::priorities::StreamPriorities;
-use crate::scheduler::{Ordering, QueuedFrame, Scheduler};
+use crate::scheduler::{Ordering, Scheduler};
 use crate::stats::ConnectionStats;
-use crate::transport::Transport;
+
+mod record_writer;
+
+pub(crate) use record_writer::Drive;
+use record_writer::RecordWriter;
 
 /// Memory accounted for each queued unit (frame or header block) besides its wire bytes:
 /// the unit's bookkeeping and its share of per-stream state. With it the byte limits also
@@ -39,39 +38,6 @@ pub(crate) struct WritePath {
     settings_sent: bool,
     writer: RecordWriter,
     stats: ConnectionStats,
-}
-
-/// Builds record-sized writes from scheduled frames and hands them to the transport.
-#[derive(Debug, Default)]
-struct RecordWriter {
-    /// Bytes of the record being built or written.
-    chunk: Vec<u8>,
-    /// The chunk is complete and being written; `written` bytes of it already were.
-    sealed: bool,
-    written: usize,
-    /// The sealed chunk ends right after an urgent small DATA frame.
-    ends_with_cut: bool,
-    /// A cut record was written: flush it through before anything else.
-    flush_pending: bool,
-    /// Every frame in the open chunk is bulk DATA of a stream that goes on, so the chunk
-    /// may wait a moment for the next frame instead of leaving as a short record.
-    holdable: bool,
-    /// The open chunk already waited its one turn.
-    held: bool,
-    /// Less urgent DATA is held until then for an urgent response about to be written.
-    hold_until: Option<Instant>,
-    /// The frame whose bytes are being copied into chunks, how far, and whether it is bulk.
-    current: Option<(QueuedFrame, usize, bool)>,
-    sent_since_idle: u64,
-    last_write: Option<Instant>,
-}
-
-impl RecordWriter {
-    fn seal(&mut self, cut: bool) {
-        self.sealed = true;
-        self.ends_with_cut = cut;
-        self.held = false;
-    }
 }
 
 impl WritePath {
@@ -103,8 +69,7 @@ impl WritePath {
                 .current
                 .as_ref()
                 .map_or(0, |(f, at, _)| f.bytes.len() - at)
-            + self.writer.chunk.len()
-            - self.writer.written
+            + self.writer.unwritten()
     }
 
     /// The memory the queue accounts for: wire bytes plus [`UNIT_OVERHEAD`] per unit.
@@ -122,7 +87,7 @@ impl WritePath {
 
     /// True while DATA is held for an urgent response (a timer will wake the task).
     pub(crate) fn is_holding(&self) -> bool {
-        self.writer.hold_until.is_some()
+        self.writer.is_holding()
     }
 
     /// Takes what it may of `buf` (h2's bytes) and returns how much.
@@ -190,191 +155,6 @@ impl WritePath {
     /// True when h2 left a frame half written (only a flush of whole frames is possible).
     pub(crate) fn has_partial_frame(&self) -> bool {
         !self.assembler.is_idle() || self.open_block.is_some()
-    }
-
-    /// Moves queued bytes to the transport. Returns `Ready(Ok)` when nothing more can be
-    /// done now: with `flushing`, when everything complete reached the transport and it was
-    /// flushed, or when a short bulk record is held back for a moment (a timer will wake
-    /// the task); otherwise when only a short record is left, waiting for more frames.
-    pub(crate) fn drive<T: Transport>(
-        &mut self,
-        cx: &mut Context<'_>,
-        io: &mut T,
-        config: &FlushConfig,
-        priorities: &mut StreamPriorities,
-        flushing: bool,
-    ) -> Poll<io::Result<()>> {
-        let result = self.drive_inner(cx, io, config, priorities, flushing);
-        self.record_queue_size();
-        result
-    }
-
-    fn drive_inner<T: Transport>(
-        &mut self,
-        cx: &mut Context<'_>,
-        io: &mut T,
-        config: &FlushConfig,
-        priorities: &mut StreamPriorities,
-        flushing: bool,
-    ) -> Poll<io::Result<()>> {
-        loop {
-            // Keep the downstream shallow: nothing new while the TLS layer still holds
-            // ciphertext, and a cut record is pushed through before anything else.
-            if io.has_buffered_output() || self.writer.flush_pending {
-                ready!(Pin::new(&mut *io).poll_flush(cx))?;
-                self.writer.flush_pending = false;
-            }
-            if self.writer.sealed {
-                let w = &mut self.writer;
-                let n = ready!(Pin::new(&mut *io).poll_write(cx, &w.chunk[w.written..]))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
-                }
-                w.written += n;
-                if w.written == w.chunk.len() {
-                    let len = w.chunk.len();
-                    self.stats.add_bytes(len as u64);
-                    self.stats
-                        .add_records(len.div_ceil(config.tls_record_payload) as u64);
-                    w.sent_since_idle += len as u64;
-                    w.last_write = Some(Instant::now());
-                    w.chunk.clear();
-                    w.written = 0;
-                    w.sealed = false;
-                    w.flush_pending = std::mem::take(&mut w.ends_with_cut);
-                }
-                continue;
-            }
-            let has_work = self.writer.current.is_some() || self.scheduler.queued_bytes() > 0;
-            if has_work {
-                // Decide what goes next only when the socket can take it, so that a frame
-                // arriving meanwhile still competes.
-                ready!(io.poll_write_ready(cx))?;
-            }
-            let cut = self.fill_chunk(config, priorities);
-            if let (Some(until), false) = (self.writer.hold_until, cut) {
-                // The urgent response's HEADERS (a write from h2) or the timer ends the hold.
-                if self.hold.poll_until(cx, until).is_ready() {
-                    continue;
-                }
-                if flushing && !self.writer.chunk.is_empty() {
-                    self.writer.seal(false);
-                    continue;
-                }
-                return Poll::Ready(Ok(()));
-            }
-            if cut || self.writer.chunk.len() >= self.target(config) {
-                self.writer.seal(cut);
-                if cut {
-                    self.stats.add_early_cut(1);
-                    tracing::trace!(
-                        len = self.writer.chunk.len(),
-                        "record cut after an urgent frame"
-                    );
-                }
-                continue;
-            }
-            if self.writer.chunk.is_empty() || !flushing {
-                if flushing {
-                    ready!(Pin::new(&mut *io).poll_flush(cx))?;
-                }
-                return Poll::Ready(Ok(()));
-            }
-            // A short record on flush. Bulk bytes of a stream that goes on wait one turn of
-            // the task scheduler: the response bodies' tasks usually hand h2 the next frame
-            // in that time, and records stay full. Bounded: one turn per record.
-            if config.pack && config.cork && self.writer.holdable && !self.writer.held {
-                self.writer.held = true;
-                cx.waker().wake_by_ref();
-                ready!(Pin::new(&mut *io).poll_flush(cx))?;
-                return Poll::Ready(Ok(()));
-            }
-            self.writer.seal(false);
-        }
-    }
-
-    fn target(&self, config: &FlushConfig) -> usize {
-        config.record_target(self.writer.sent_since_idle)
-    }
-
-    /// Copies scheduled bytes into the open chunk up to the record target. Returns true when
-    /// the chunk must end here because an urgent small DATA frame just completed.
-    fn fill_chunk(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
-        let w = &mut self.writer;
-        if w.chunk.is_empty() {
-            w.holdable = true;
-            if let (RecordSizing::Dynamic { idle_reset }, Some(last)) =
-                (config.record_sizing, w.last_write)
-            {
-                if last.elapsed() >= idle_reset {
-                    w.sent_since_idle = 0;
-                }
-            }
-        }
-        let target = config.record_target(w.sent_since_idle);
-        while w.chunk.len() < target {
-            let (frame, at, bulk) = match w.current.take() {
-                Some(current) => current,
-                None => {
-                    // Unpacked: one frame per write, as h2 wrote them.
-                    if !config.pack && !w.chunk.is_empty() {
-                        return false;
-                    }
-                    if config.reorder && config.anticipate.is_some() {
-                        let now = Instant::now();
-                        let wanted = self
-                            .scheduler
-                            .next_data_urgency(priorities)
-                            .and_then(|u| priorities.hold_deadline(u, now));
-                        w.hold_until = self.hold.update(wanted, now);
-                        if w.hold_until.is_some() {
-                            return false;
-                        }
-                    }
-                    let Some((frame, popped)) = self.scheduler.pop(priorities) else {
-                        return false;
-                    };
-                    if popped.overtook {
-                        self.stats.add_reordered(1);
-                    }
-                    let urgency = priorities.effective(frame.header.stream_id).urgency;
-                    let bulk = frame.is_data()
-                        && !frame.ends_stream
-                        && config
-                            .urgent_cut
-                            .is_none_or(|(max_urgency, _)| urgency > max_urgency);
-                    (frame, 0, bulk)
-                }
-            };
-            w.holdable &= bulk;
-            let n = (target - w.chunk.len()).min(frame.bytes.len() - at);
-            w.chunk.extend_from_slice(&frame.bytes[at..at + n]);
-            if at + n < frame.bytes.len() {
-                w.current = Some((frame, at + n, bulk));
-                return false;
-            }
-            let stream = frame.header.stream_id;
-            let urgent = config.urgent_cut.is_some_and(|(max_urgency, max_payload)| {
-                let urgent_stream =
-                    stream != 0 && priorities.effective(stream).urgency <= max_urgency;
-                if frame.is_data() {
-                    frame.header.length as usize <= max_payload && urgent_stream
-                } else {
-                    // An urgent response's HEADERS must not wait in a record filled up with
-                    // less urgent bytes: end the record after them unless their DATA is next.
-                    frame.header.kind == crate::frame::HEADERS
-                        && urgent_stream
-                        && !self.scheduler.has_data_ready(stream)
-                }
-            });
-            if frame.ends_stream {
-                priorities.close(frame.header.stream_id);
-            }
-            if urgent {
-                return true;
-            }
-        }
-        false
     }
 }
 

@@ -1,0 +1,410 @@
+//! The record writer: builds record-sized writes from scheduled units and hands them to the
+//! transport, one at a time.
+//!
+//! Invariants:
+//! - nothing new is handed to the transport while it still holds unsent ciphertext, and a
+//!   record that ends right after an urgent frame is flushed before anything else;
+//! - the next unit is chosen only when the socket can take bytes (late binding), so a
+//!   frame arriving meanwhile still competes;
+//! - a short record of bulk DATA waits at most one turn of the task scheduler for the next
+//!   frame (cork), and only when the caller flushes ([`Drive::Flush`]);
+//! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
+//!   [`Drive::Drain`] holds nothing.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use super::WritePath;
+use crate::config::{FlushConfig, RecordSizing};
+use crate::frame;
+use crate::priorities::StreamPriorities;
+use crate::scheduler::QueuedFrame;
+use crate::transport::Transport;
+
+/// What the caller of [`WritePath::drive`] wants done now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drive {
+    /// Write full records; a short one waits for more frames (h2 is writing).
+    Write,
+    /// Write everything complete and flush the transport; a short record of bulk DATA may
+    /// wait one turn for the next frame (h2 flushes after each batch of writes).
+    Flush,
+    /// Like `Flush`, without waiting: h2 is blocked on the wrapper, so nothing else will
+    /// fill the short record.
+    Push,
+    /// Everything, DATA held for anticipation included (shutdown).
+    Drain,
+}
+
+impl Drive {
+    fn flushes(self) -> bool {
+        self != Drive::Write
+    }
+}
+
+/// Where the record being built or written stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Collecting units into the chunk. `bulk_only`: every byte in it is bulk DATA of a
+    /// stream that goes on, so the chunk may wait a moment for the next frame; `waited`: it
+    /// already did, once.
+    Building { bulk_only: bool, waited: bool },
+    /// The chunk is complete; `written` bytes of it are with the transport. `cut`: it ends
+    /// right after an urgent frame, so the transport is flushed once it is written.
+    Writing { written: usize, cut: bool },
+    /// A cut record was written: flush it through before anything else.
+    Flushing,
+}
+
+/// The record being built or written, and what the next one depends on.
+#[derive(Debug)]
+pub(super) struct RecordWriter {
+    chunk: Vec<u8>,
+    state: State,
+    /// Less urgent DATA is held until then for an urgent response about to be written.
+    hold_until: Option<Instant>,
+    /// The unit whose bytes are being copied into chunks, how far, and whether it is bulk.
+    pub(super) current: Option<(QueuedFrame, usize, bool)>,
+    sent_since_idle: u64,
+    last_write: Option<Instant>,
+}
+
+impl Default for RecordWriter {
+    fn default() -> Self {
+        RecordWriter {
+            chunk: Vec::new(),
+            state: State::Building {
+                bulk_only: true,
+                waited: false,
+            },
+            hold_until: None,
+            current: None,
+            sent_since_idle: 0,
+            last_write: None,
+        }
+    }
+}
+
+impl RecordWriter {
+    /// Bytes of the chunk not yet with the transport.
+    pub(super) fn unwritten(&self) -> usize {
+        match self.state {
+            State::Writing { written, .. } => self.chunk.len() - written,
+            _ => self.chunk.len(),
+        }
+    }
+
+    pub(super) fn is_holding(&self) -> bool {
+        self.hold_until.is_some()
+    }
+
+    fn seal(&mut self, cut: bool) {
+        self.state = State::Writing { written: 0, cut };
+    }
+
+    /// The record was written whole: account it and start the next.
+    fn finish(&mut self, cut: bool) -> usize {
+        let len = self.chunk.len();
+        self.sent_since_idle += len as u64;
+        self.last_write = Some(Instant::now());
+        self.chunk.clear();
+        self.state = if cut { State::Flushing } else { Self::fresh() };
+        len
+    }
+
+    fn fresh() -> State {
+        State::Building {
+            bulk_only: true,
+            waited: false,
+        }
+    }
+}
+
+/// What filling the chunk ended on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filled {
+    /// The chunk reached the record target, or the queue is empty.
+    AsFarAsPossible,
+    /// An urgent unit just completed: the record must end here.
+    Cut,
+    /// Less urgent DATA is next and held for an urgent response.
+    Held,
+}
+
+impl WritePath {
+    /// Moves queued bytes to the transport as `mode` asks. Returns `Ready(Ok)` when nothing
+    /// more can be done now: everything complete reached the transport (and, unless
+    /// [`Drive::Write`], was flushed), a short bulk record waits one turn (the task was
+    /// woken), DATA is held (the hold's timer will wake the task), or with `Write`, only a
+    /// short record is left.
+    pub(crate) fn drive<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> Poll<io::Result<()>> {
+        let result = self.drive_inner(cx, io, config, priorities, mode);
+        self.record_queue_size();
+        result
+    }
+
+    fn drive_inner<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            // Keep the downstream shallow: nothing new while the TLS layer still holds
+            // ciphertext, and a cut record is pushed through before anything else.
+            if io.has_buffered_output() || self.writer.state == State::Flushing {
+                ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                if self.writer.state == State::Flushing {
+                    self.writer.state = RecordWriter::fresh();
+                }
+            }
+            if let State::Writing { .. } = self.writer.state {
+                ready!(self.write_record(cx, io, config))?;
+                continue;
+            }
+            if self.writer.current.is_some() || self.scheduler.queued_bytes() > 0 {
+                // Decide what goes next only when the socket can take it, so that a frame
+                // arriving meanwhile still competes.
+                ready!(io.poll_write_ready(cx))?;
+            }
+            match self.fill_chunk(config, priorities, mode) {
+                Filled::Held => {
+                    let until = self.writer.hold_until.expect("a hold has an end");
+                    // The urgent response's HEADERS (a write from h2) or the timer ends it.
+                    if self.hold.poll_until(cx, until).is_ready() {
+                        continue;
+                    }
+                    if mode.flushes() && !self.writer.chunk.is_empty() {
+                        self.writer.seal(false);
+                        continue;
+                    }
+                    return Poll::Ready(Ok(()));
+                }
+                Filled::Cut => {
+                    self.stats.add_early_cut(1);
+                    tracing::trace!(
+                        len = self.writer.chunk.len(),
+                        "record cut after an urgent frame"
+                    );
+                    self.writer.seal(true);
+                }
+                Filled::AsFarAsPossible if self.writer.chunk.len() >= self.target(config) => {
+                    self.writer.seal(false);
+                }
+                Filled::AsFarAsPossible => {
+                    if let Some(done) = self.short_record(cx, io, config, mode) {
+                        return done;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the sealed chunk; `Ready(Ok)` once all of it is with the transport.
+    fn write_record<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        config: &FlushConfig,
+    ) -> Poll<io::Result<()>> {
+        let w = &mut self.writer;
+        let State::Writing { written, cut } = w.state else {
+            return Poll::Ready(Ok(()));
+        };
+        let n = ready!(Pin::new(&mut *io).poll_write(cx, &w.chunk[written..]))?;
+        if n == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        if written + n < w.chunk.len() {
+            w.state = State::Writing {
+                written: written + n,
+                cut,
+            };
+            return Poll::Ready(Ok(()));
+        }
+        let len = w.finish(cut);
+        self.stats.add_bytes(len as u64);
+        self.stats
+            .add_records(len.div_ceil(config.tls_record_payload) as u64);
+        Poll::Ready(Ok(()))
+    }
+
+    /// The queue is drained into a chunk shorter than a record: leave it for more frames
+    /// (`Write`), let bulk wait one turn (`Flush`, with cork), or seal it now. `None` when
+    /// it was sealed and the loop goes on to write it.
+    fn short_record<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        config: &FlushConfig,
+        mode: Drive,
+    ) -> Option<Poll<io::Result<()>>> {
+        if self.writer.chunk.is_empty() || !mode.flushes() {
+            if !mode.flushes() {
+                return Some(Poll::Ready(Ok(())));
+            }
+            return Some(Pin::new(&mut *io).poll_flush(cx));
+        }
+        // Bulk bytes of a stream that goes on wait one turn of the task scheduler: the
+        // response bodies' tasks usually hand h2 the next frame in that time, and records
+        // stay full. Bounded: one turn per record.
+        if let State::Building {
+            bulk_only: true,
+            waited: false,
+        } = self.writer.state
+        {
+            if mode == Drive::Flush && config.pack && config.cork {
+                self.writer.state = State::Building {
+                    bulk_only: true,
+                    waited: true,
+                };
+                cx.waker().wake_by_ref();
+                return Some(Pin::new(&mut *io).poll_flush(cx));
+            }
+        }
+        self.writer.seal(false);
+        None
+    }
+
+    fn target(&self, config: &FlushConfig) -> usize {
+        config.record_target(self.writer.sent_since_idle)
+    }
+
+    /// Copies scheduled bytes into the chunk, up to the record target.
+    fn fill_chunk(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> Filled {
+        if self.writer.chunk.is_empty() {
+            self.reset_after_idle(config);
+        }
+        let target = self.target(config);
+        while self.writer.chunk.len() < target {
+            let (frame, at, bulk) = match self.writer.current.take() {
+                Some(current) => current,
+                None => {
+                    // Unpacked: one frame per write, as h2 wrote them.
+                    if !config.pack && !self.writer.chunk.is_empty() {
+                        return Filled::AsFarAsPossible;
+                    }
+                    if self.hold_for_urgent(config, priorities, mode) {
+                        return Filled::Held;
+                    }
+                    match self.next_unit(config, priorities) {
+                        Some(next) => next,
+                        None => return Filled::AsFarAsPossible,
+                    }
+                }
+            };
+            let w = &mut self.writer;
+            if let State::Building { bulk_only, waited } = w.state {
+                w.state = State::Building {
+                    bulk_only: bulk_only && bulk,
+                    waited,
+                };
+            }
+            let n = (target - w.chunk.len()).min(frame.bytes.len() - at);
+            w.chunk.extend_from_slice(&frame.bytes[at..at + n]);
+            if at + n < frame.bytes.len() {
+                w.current = Some((frame, at + n, bulk));
+                return Filled::AsFarAsPossible;
+            }
+            let urgent = self.ends_record(config, priorities, &frame);
+            if frame.ends_stream {
+                priorities.close(frame.header.stream_id);
+            }
+            if urgent {
+                return Filled::Cut;
+            }
+        }
+        Filled::AsFarAsPossible
+    }
+
+    /// Dynamic record sizes start small again after an idle gap.
+    fn reset_after_idle(&mut self, config: &FlushConfig) {
+        let w = &mut self.writer;
+        if let (RecordSizing::Dynamic { idle_reset }, Some(last)) =
+            (config.record_sizing, w.last_write)
+        {
+            if last.elapsed() >= idle_reset {
+                w.sent_since_idle = 0;
+            }
+        }
+    }
+
+    /// True while the next DATA must wait for a more urgent response (anticipation).
+    fn hold_for_urgent(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> bool {
+        if !config.reorder || config.anticipate.is_none() {
+            return false;
+        }
+        let now = Instant::now();
+        let wanted = match mode {
+            Drive::Drain => None,
+            _ => self
+                .scheduler
+                .next_data_urgency(priorities)
+                .and_then(|u| priorities.hold_deadline(u, now)),
+        };
+        self.writer.hold_until = self.hold.update(wanted, now);
+        self.writer.hold_until.is_some()
+    }
+
+    /// Pops the next unit: the unit, from its first byte, and whether it is bulk DATA.
+    fn next_unit(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+    ) -> Option<(QueuedFrame, usize, bool)> {
+        let (frame, popped) = self.scheduler.pop(priorities)?;
+        if popped.overtook {
+            self.stats.add_reordered(1);
+        }
+        let urgency = priorities.effective(frame.header.stream_id).urgency;
+        let bulk = frame.is_data()
+            && !frame.ends_stream
+            && config
+                .urgent_cut
+                .is_none_or(|(max_urgency, _)| urgency > max_urgency);
+        Some((frame, 0, bulk))
+    }
+
+    /// True when the record must end right after `frame`: an urgent small DATA frame, or an
+    /// urgent response's HEADERS whose DATA is not queued yet (they must not wait in a
+    /// record filled up with less urgent bytes).
+    fn ends_record(
+        &self,
+        config: &FlushConfig,
+        priorities: &StreamPriorities,
+        frame: &QueuedFrame,
+    ) -> bool {
+        let stream = frame.header.stream_id;
+        config.urgent_cut.is_some_and(|(max_urgency, max_payload)| {
+            let urgent_stream = stream != 0 && priorities.effective(stream).urgency <= max_urgency;
+            if frame.is_data() {
+                frame.header.length as usize <= max_payload && urgent_stream
+            } else {
+                frame.header.kind == frame::HEADERS
+                    && urgent_stream
+                    && !self.scheduler.has_data_ready(stream)
+            }
+        })
+    }
+}
