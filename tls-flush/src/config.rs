@@ -17,7 +17,7 @@ pub const MAX_RECORD_PAYLOAD: usize = 16384;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Policy {
     /// h2's order; records packed full; an urgent small DATA frame ends its record and is
-    /// flushed at once; the downstream is kept shallow (the seeds' G0A early flush).
+    /// flushed at once; the downstream is kept shallow (a bounded early flush).
     EarlyFlush,
     /// h2's order; dynamic record sizes: small records at connection start and after an
     /// idle gap, ramping up to full records.

@@ -1,6 +1,6 @@
 //! A passive HPACK decoder that mirrors one direction's encoder, so the observers can
 //! read `priority` fields. A failure turns it off for good: the traffic is untouched and
-//! streams fall back to default priorities (DESIGN: an observer never breaks a connection).
+//! streams fall back to default priorities (an observer never breaks a connection).
 //!
 //! The decoder is our own (RFC 7541): [`huffman`] decodes the canonical Huffman code with a
 //! byte lookup and per-length tables, [`table`] holds the static and dynamic tables, and

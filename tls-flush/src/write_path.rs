@@ -159,7 +159,8 @@ impl WritePath {
 }
 
 impl WritePath {
-    /// Whether to take the frame `header` announces now (DESIGN, write path step 1).
+    /// Whether to take the frame `header` announces now: up to the soft limit anything,
+    /// then only what would be sent ahead of the queue, up to the hard limit.
     fn admit(
         &mut self,
         header: &FrameHeader,
