@@ -353,6 +353,19 @@ impl Scheduler {
         })
     }
 
+    /// The most urgent priority among queued DATA (for admission); `None` in order.
+    pub(crate) fn most_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        if self.ordering == Ordering::InOrder {
+            return None;
+        }
+        self.sync(priorities);
+        (0..8u8).find(|&u| {
+            self.epochs
+                .iter()
+                .any(|e| e.data_per_urgency[usize::from(u)] > 0)
+        })
+    }
+
     /// Takes the next unit to put on the wire.
     pub(crate) fn pop(
         &mut self,

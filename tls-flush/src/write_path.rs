@@ -191,16 +191,26 @@ impl WritePath {
         if queued + cost > config.hard_limit {
             return false;
         }
-        // Past the soft limit only what would be sent ahead of the queue gets in.
+        // Past the soft limit, up to the hard limit, what would be sent ahead of the queue
+        // gets in; and so does less urgent DATA while more urgent DATA is queued: refusing it
+        // would block h2 on it, and h2 interleaves the streams, so the more urgent stream's
+        // next frames would wait behind it (after a PRIORITY_UPDATE raised a stream, say).
         if header.kind != frame::DATA {
             return true;
         }
+        if !config.reorder {
+            return false;
+        }
         let urgency = priorities.effective(header.stream_id).urgency;
-        config.reorder
-            && self
+        let ahead = self
+            .scheduler
+            .least_urgent_queued(priorities)
+            .is_some_and(|least| urgency < least);
+        ahead
+            || self
                 .scheduler
-                .least_urgent_queued(priorities)
-                .is_some_and(|least| urgency < least)
+                .most_urgent_queued(priorities)
+                .is_some_and(|most| most < urgency)
     }
 
     /// Appends SETTINGS_NO_RFC7540_PRIORITIES = 1 to h2's first SETTINGS frame (RFC 9218 §2.1),

@@ -2258,10 +2258,12 @@ fn shutdown_delivers_data_held_for_an_urgent_response() {
     match_frames(&input, &out).unwrap();
 }
 
-/// Past the soft limit, `scheduled` still admits DATA of a stream more urgent than the least
-/// urgent queued one, refuses more bulk DATA (the write is `Pending`, nothing of it taken),
-/// and, the transport having been blocked before the first write, sends all urgent DATA
-/// before any bulk DATA.
+/// Past the soft limit, `scheduled` refuses more bulk DATA while only bulk is queued (the
+/// write is `Pending`, nothing of it taken), still admits DATA of a stream more urgent than
+/// the least urgent queued one, then admits bulk DATA again while more urgent DATA is queued
+/// (refusing it would block h2, which interleaves streams, in front of the urgent stream's
+/// next frames), and, the transport having been blocked before the first write, sends all
+/// urgent DATA before any bulk DATA.
 #[test]
 fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
@@ -2291,7 +2293,13 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
         input.push(f);
         k += 1;
     }
-    // Urgent DATA is admitted past it ...
+    // Bulk DATA is refused past it while only bulk is queued ...
+    let early = data(1, k, 4000, false).encode();
+    let refused = h
+        .poll_once("poll_write", |s, cx| s.poll_write(cx, &early))
+        .unwrap();
+    assert!(refused.is_pending(), "bulk DATA admitted: {refused:?}");
+    // ... urgent DATA is admitted past it ...
     for j in 0..3 {
         let f = data(3, j, 4000, j == 2);
         absorb_frame(&mut h, &f).unwrap();
@@ -2299,17 +2307,19 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     }
     let queued = h.stats().queued_bytes;
     assert!(queued as usize > soft);
-    // ... bulk DATA is not: the write is Pending and none of it is taken.
+    // ... and bulk DATA again, while urgent DATA is queued, up to the hard limit.
     let bulk = data(1, k, 4000, true);
     let bytes = bulk.encode();
-    let refused = h
+    let taken = h
         .poll_once("poll_write", |s, cx| s.poll_write(cx, &bytes))
         .unwrap();
-    assert!(refused.is_pending(), "bulk DATA admitted: {refused:?}");
-    assert_eq!(h.stats().queued_bytes, queued);
+    assert!(
+        matches!(taken, std::task::Poll::Ready(Ok(n)) if n == bytes.len()),
+        "bulk DATA refused while urgent DATA is queued: {taken:?}"
+    );
+    assert_eq!(h.stats().queued_bytes, queued + bytes.len() as u64);
     input.push(bulk);
     h.set_blocked(false);
-    h.write_all(&bytes).unwrap();
     h.settle().unwrap();
     h.shutdown().unwrap();
 
