@@ -4,17 +4,17 @@
 //! --addr IP:PORT        address to listen on (default 127.0.0.1:8443; port 0 picks one)
 //! --cert PEM --key PEM  certificate chain and private key (default: a generated self-signed
 //!                       certificate for `localhost` and `127.0.0.1`)
-//! --policy NAME         how responses reach the wire: stock, early-flush, dynamic,
-//!                       scheduled (default)
+//! --policy NAME         how responses reach the wire: stock, or a `tls_flush::Policy`
+//!                       (early-flush, dynamic, scheduled: the default)
 //! --record-size N       rustls `max_fragment_size`, in bytes including the 5-byte header
 //! ```
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
+use tls_flush::Policy;
 
 /// Command-line arguments of the example servers.
 #[derive(Debug, Clone, Parser)]
@@ -33,8 +33,15 @@ pub struct Args {
     pub key: Option<PathBuf>,
 
     /// How response bytes reach the wire.
-    #[arg(long, value_name = "NAME", value_enum, default_value_t = Policy::Scheduled)]
-    pub policy: Policy,
+    // `None` is `stock`: plain tokio-rustls under hyper, without tls-flush. The type is
+    // spelled out so that clap takes it as the value, not as an optional argument.
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = policy_parser(),
+        default_value = Policy::default().name(),
+    )]
+    pub policy: std::option::Option<Policy>,
 
     /// Maximum TLS record size passed to rustls `ServerConfig::max_fragment_size`
     /// (includes the 5-byte record header; 32..=16389). Default: rustls' maximum.
@@ -42,84 +49,33 @@ pub struct Args {
     pub record_size: Option<u16>,
 }
 
-/// How the server moves response bytes from hyper to the TLS connection.
+/// The `--policy` value that serves without `tls_flush` (a stock server).
+pub const STOCK: &str = "stock";
+
+/// The `--policy` name of `policy`: [`STOCK`] for `None`, else [`Policy::name`].
 ///
 /// ```
-/// use examples::Policy;
+/// use examples::cli::policy_name;
 ///
-/// assert_eq!("early-flush".parse::<Policy>().unwrap().flush_policy(), Some(tls_flush::Policy::EarlyFlush));
-/// assert_eq!(Policy::Stock.flush_policy(), None);
+/// assert_eq!(policy_name(None), "stock");
+/// assert_eq!(policy_name(Some(tls_flush::Policy::EarlyFlush)), "early-flush");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, ValueEnum)]
-pub enum Policy {
-    /// Plain tokio-rustls under hyper, no wrapper: what a stock server does.
-    Stock,
-    /// `tls-flush` in h2's order: full records, an urgent small frame ends its record and
-    /// is flushed at once, shallow downstream (the seeds' G0A).
-    EarlyFlush,
-    /// `tls-flush` in h2's order with dynamic record sizes.
-    Dynamic,
-    /// `tls-flush` with everything: RFC 9218 scheduling, packing, early cuts.
-    #[default]
-    Scheduled,
+pub fn policy_name(policy: Option<Policy>) -> &'static str {
+    policy.map_or(STOCK, Policy::name)
 }
 
-impl Policy {
-    /// The name used on the command line.
-    pub fn name(self) -> &'static str {
-        match self.flush_policy() {
-            None => "stock",
-            Some(p) => p.name(),
-        }
-    }
-
-    /// The `tls-flush` preset, or `None` for stock (no wrapper).
-    pub fn flush_policy(self) -> Option<tls_flush::Policy> {
-        match self {
-            Policy::Stock => None,
-            Policy::EarlyFlush => Some(tls_flush::Policy::EarlyFlush),
-            Policy::Dynamic => Some(tls_flush::Policy::Dynamic),
-            Policy::Scheduled => Some(tls_flush::Policy::Scheduled),
-        }
-    }
-
-    /// Every policy, in the order they are listed in help and error messages.
-    pub fn all() -> &'static [Policy] {
-        Policy::value_variants()
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// Error for an unknown policy name; its message lists the valid ones.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnknownPolicy(pub String);
-
-impl fmt::Display for UnknownPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown policy {:?}; valid policies: ", self.0)?;
-        for (i, p) in Policy::all().iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(p.name())?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for UnknownPolicy {}
-
-impl FromStr for Policy {
-    type Err = UnknownPolicy;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        <Policy as ValueEnum>::from_str(s, false).map_err(|_| UnknownPolicy(s.to_owned()))
-    }
+/// Parses `--policy`: [`STOCK`] or any [`Policy`] by its `clap::ValueEnum` name, so that a
+/// policy added to `tls_flush` is a value here too; an unknown name is a usage error that
+/// lists them all.
+fn policy_parser() -> impl TypedValueParser<Value = Option<Policy>> {
+    let stock = PossibleValue::new(STOCK)
+        .help("Plain tokio-rustls under hyper, no wrapper: what a stock server does");
+    let ours = Policy::value_variants()
+        .iter()
+        .filter_map(ValueEnum::to_possible_value);
+    // `stock` is the one possible value that names no `Policy`.
+    PossibleValuesParser::new(std::iter::once(stock).chain(ours))
+        .map(|name| <Policy as ValueEnum>::from_str(&name, false).ok())
 }
 
 #[cfg(test)]
@@ -131,7 +87,7 @@ mod tests {
     fn defaults() {
         let a = Args::try_parse_from(["x"]).unwrap();
         assert_eq!(a.addr, "127.0.0.1:8443".parse().unwrap());
-        assert_eq!(a.policy, Policy::Scheduled);
+        assert_eq!(a.policy, Some(Policy::Scheduled));
         assert!(a.cert.is_none() && a.key.is_none() && a.record_size.is_none());
     }
 
@@ -154,6 +110,7 @@ mod tests {
         assert_eq!(a.addr, "[::1]:0".parse().unwrap());
         assert_eq!(a.cert.unwrap(), PathBuf::from("c.pem"));
         assert_eq!(a.key.unwrap(), PathBuf::from("k.pem"));
+        assert_eq!(a.policy, None);
         assert_eq!(a.record_size, Some(4096));
     }
 
@@ -175,13 +132,24 @@ mod tests {
     }
 
     #[test]
-    fn policy_from_str_and_display() {
-        assert_eq!("stock".parse::<Policy>().unwrap(), Policy::Stock);
-        assert_eq!(Policy::Stock.to_string(), "stock");
-        let e = "bogus".parse::<Policy>().unwrap_err();
-        assert!(e.to_string().contains("valid policies: stock"), "{e}");
-        for p in Policy::all() {
-            assert_eq!(p.name().parse::<Policy>().unwrap(), *p);
+    fn every_policy_name_is_a_value() {
+        let parse = |name: &str| {
+            Args::try_parse_from(["x", "--policy", name])
+                .unwrap()
+                .policy
+        };
+        assert_eq!(parse(STOCK), None);
+        assert_eq!(policy_name(None), STOCK);
+        // clap's names are `Policy::name`, and `value_variants` is `Policy::ALL`.
+        assert_eq!(Policy::value_variants(), Policy::ALL);
+        let e = Args::try_parse_from(["x", "--policy", "bogus"])
+            .unwrap_err()
+            .to_string();
+        for p in Policy::ALL {
+            assert_eq!(p.to_possible_value().unwrap().get_name(), p.name());
+            assert_eq!(parse(p.name()), Some(p));
+            assert_eq!(policy_name(Some(p)), p.name());
+            assert!(e.contains(p.name()), "{e}");
         }
     }
 

@@ -3,7 +3,7 @@
 //! Both servers expose the same routes and the same command line; only the routing differs
 //! (axum's `Router` against a hand-written tower service). Everything else lives here:
 //!
-//! - [`cli`]: the command line ([`Args`], [`Policy`]);
+//! - [`cli`]: the command line ([`Args`]; `--policy` is `stock` or a [`tls_flush::Policy`]);
 //! - [`tls`]: the rustls server configuration (ring provider, ALPN `h2` + `http/1.1`,
 //!   a generated self-signed certificate unless `--cert/--key` are given);
 //! - [`body`]: the deterministic body pattern and its lazy streaming body ([`PatternBody`]);
@@ -26,7 +26,7 @@ pub mod server;
 pub mod tls;
 
 pub use body::{pattern_byte, PatternBody, CHUNK_SIZE};
-pub use cli::{Args, Policy};
+pub use cli::Args;
 pub use server::{run, serve, serve_with_shutdown, ShutdownSignal};
 
 /// The boxed error type used across the example servers.

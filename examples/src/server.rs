@@ -29,7 +29,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use tls_flush::{FlushConfig, FlushStream};
 
-use crate::cli::Args;
+use crate::cli::{policy_name, Args};
 use crate::BoxError;
 
 /// How long a TLS handshake may take before the connection is dropped.
@@ -83,8 +83,9 @@ where
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let local = listener.local_addr()?;
     announce(local)?;
-    info!(addr = %local, policy = %args.policy, record_size = ?args.record_size, "listening");
-    let flush = args.policy.flush_policy().map(|policy| {
+    let policy = policy_name(args.policy);
+    info!(addr = %local, policy = %policy, record_size = ?args.record_size, "listening");
+    let flush = args.policy.map(|policy| {
         FlushConfig::for_policy(policy).tls_max_fragment_size(args.record_size.map(usize::from))
     });
     serve_with_shutdown(listener, tls, flush, service, shutdown).await?;

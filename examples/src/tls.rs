@@ -2,7 +2,8 @@
 //!
 //! rustls 0.23 with the `ring` provider chosen explicitly, ALPN `h2` then `http/1.1`, and
 //! either the certificate and key given with `--cert/--key` or a self-signed certificate
-//! generated at start for `localhost` and `127.0.0.1`.
+//! generated at start for `localhost` and `127.0.0.1`; and, for test clients only,
+//! [`AcceptAnyCert`], a verifier that accepts any server certificate.
 
 use std::fs::File;
 use std::io::{self, BufReader};
@@ -10,8 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rcgen::{CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::ServerConfig;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, ServerConfig, SignatureScheme};
 
 use crate::cli::Args;
 use crate::BoxError;
@@ -75,6 +78,76 @@ fn generate_self_signed() -> Result<(rcgen::Certificate, KeyPair), rcgen::Error>
     Ok((cert, key_pair))
 }
 
+/// A client-side certificate verifier that accepts any server certificate, for tests and
+/// measurements against the generated self-signed certificate ([`self_signed`]) or servers
+/// whose certificate the client does not have.
+///
+/// **Test code only: it disables server authentication.** The certificate chain, the server
+/// name and the validity period are not checked, so a client using it talks to whoever
+/// answers, a man in the middle included. Only the handshake signatures are verified (with
+/// the provider's algorithms), which proves the peer holds the key of the certificate it
+/// sent, not that the certificate is the right one. Never use it in a real client.
+///
+/// ```
+/// use std::sync::Arc;
+/// use examples::tls::AcceptAnyCert;
+///
+/// let provider = Arc::new(rustls::crypto::ring::default_provider());
+/// let _config = rustls::ClientConfig::builder_with_provider(provider.clone())
+///     .with_safe_default_protocol_versions()
+///     .unwrap()
+///     .dangerous()
+///     .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
+///     .with_no_client_auth();
+/// ```
+#[derive(Debug)]
+pub struct AcceptAnyCert(pub Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
 /// Reads a PEM certificate chain and a PEM private key (PKCS#8, PKCS#1 or SEC1).
 pub fn load_pem(cert: &Path, key: &Path) -> Result<Identity, BoxError> {
     let open = |p: &Path| {
@@ -131,9 +204,7 @@ pub fn config_from_args(args: &Args) -> Result<Arc<ServerConfig>, BoxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rustls::client::danger::ServerCertVerifier;
     use rustls::client::WebPkiServerVerifier;
-    use rustls::pki_types::{ServerName, UnixTime};
     use rustls::RootCertStore;
 
     #[test]

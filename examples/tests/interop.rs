@@ -17,11 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use examples::responses::{BG_LEN, CRITICAL_LEN};
+use serde_json::Value;
 use support::*;
 use tokio::process::Command;
-
-/// Every `--policy` value: stock hyper + rustls, and the three `tls-flush` presets.
-const POLICIES: [&str; 4] = ["stock", "early-flush", "dynamic", "scheduled"];
 
 /// Bound for one run of a tool (h2load takes a few seconds against a debug build).
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
@@ -116,7 +114,7 @@ fn stderr_of(out: &std::process::Output) -> String {
 async fn curl(name: &'static str) {
     let version = require_tool("curl", &["--version"]);
     println!("[{name}] {version}");
-    for policy in POLICIES {
+    for policy in policies() {
         let mut server = Server::start(name, &["--policy", policy]).await;
         let dir = scratch_dir("curl", name, policy);
         for (flag, http_version) in [("--http2", "2"), ("--http1.1", "1.1")] {
@@ -189,23 +187,24 @@ struct HarEntry {
 fn read_har(path: &Path) -> Vec<HarEntry> {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("nghttp wrote no HAR at {}: {e}", path.display()));
-    let har = Json::parse(&text).unwrap_or_else(|e| panic!("bad HAR JSON: {e}\n{text}"));
-    har.get("log")
-        .get("entries")
-        .items()
-        .iter()
+    let har: Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("bad HAR JSON: {e}\n{text}"));
+    har["log"]["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
         .map(|e| {
-            let res = e.get("response");
+            let res = &e["response"];
             HarEntry {
-                url: e.get("request").get("url").as_str().unwrap().to_owned(),
-                status: res.get("status").as_u64().unwrap(),
-                size: res.get("content").get("size").as_u64().unwrap(),
-                priority: res
-                    .get("headers")
-                    .items()
-                    .iter()
-                    .find(|h| h.get("name").as_str() == Some("priority"))
-                    .and_then(|h| h.get("value").as_str())
+                url: e["request"]["url"].as_str().unwrap().to_owned(),
+                status: res["status"].as_u64().unwrap(),
+                size: res["content"]["size"].as_u64().unwrap(),
+                priority: res["headers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|h| h["name"].as_str() == Some("priority"))
+                    .and_then(|h| h["value"].as_str())
                     .unwrap_or("")
                     .to_owned(),
             }
@@ -225,7 +224,7 @@ async fn nghttp(name: &'static str) {
     const SIZE: u64 = 65_536;
     let version = require_tool("nghttp", &["--version"]);
     println!("[{name}] {version}");
-    for policy in POLICIES {
+    for policy in policies() {
         let mut server = Server::start(name, &["--policy", policy]).await;
         let dir = scratch_dir("nghttp", name, policy);
         let har = dir.join("nghttp.har");
@@ -363,7 +362,7 @@ async fn h2load(name: &'static str) {
     const CLIENTS: u64 = 50;
     let version = require_tool("h2load", &["--version"]);
     println!("[{name}] {version}");
-    for policy in POLICIES {
+    for policy in policies() {
         let mut server = Server::start(name, &["--policy", policy]).await;
         let out = run_tool(
             "h2load",
@@ -451,7 +450,7 @@ async fn python_priority_update(name: &'static str) {
         ],
     );
     println!("[{name}] {version}");
-    for policy in POLICIES {
+    for policy in policies() {
         let mut server = Server::start(name, &["--policy", policy]).await;
         let started = Instant::now();
         let out = run_tool(
@@ -471,30 +470,34 @@ async fn python_priority_update(name: &'static str) {
             out.status,
             stderr_of(&out)
         );
-        let summary = Json::parse(stdout.lines().last().unwrap_or(""))
+        let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
             .unwrap_or_else(|e| panic!("python client summary: {e}\n{stdout}"));
-        assert!(summary.get("failures").items().is_empty(), "{stdout}");
-        assert_eq!(
-            summary.get("served_after").as_bool(),
-            Some(true),
+        assert!(
+            summary["failures"].as_array().is_none_or(Vec::is_empty),
             "{stdout}"
         );
+        assert_eq!(summary["served_after"].as_bool(), Some(true), "{stdout}");
         let expected_lengths = [
             ("/critical", CRITICAL_LEN),
             ("/bg/during", BG_LEN),
             ("/size/300000", 300_000),
             ("/size/300000", 300_000),
         ];
-        let streams = summary.get("streams").members();
+        // Members in key order (serde_json's map, like the script's `sort_keys`).
+        let streams: Vec<&Value> = summary["streams"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+            .collect();
         assert_eq!(streams.len(), expected_lengths.len(), "{stdout}");
-        for ((_, s), (path, len)) in streams.iter().zip(expected_lengths) {
-            assert_eq!(s.get("path").as_str(), Some(path), "{stdout}");
-            assert_eq!(s.get("status").as_u64(), Some(200), "{stdout}");
-            assert_eq!(s.get("bytes").as_u64(), Some(len), "{stdout}");
+        for (s, (path, len)) in streams.iter().zip(expected_lengths) {
+            assert_eq!(s["path"].as_str(), Some(path), "{stdout}");
+            assert_eq!(s["status"].as_u64(), Some(200), "{stdout}");
+            assert_eq!(s["bytes"].as_u64(), Some(len), "{stdout}");
         }
-        let sent = summary.get("sent");
+        let sent = &summary["sent"];
         let n = |key: &str| {
-            sent.get(key)
+            sent[key]
                 .as_u64()
                 .unwrap_or_else(|| panic!("no sent.{key} in {stdout}"))
         };
@@ -504,21 +507,21 @@ async fn python_priority_update(name: &'static str) {
             n("after_end"),
             n("idle_flood"),
         );
-        let malformed: u64 = sent
-            .get("malformed")
-            .members()
-            .iter()
-            .map(|(_, v)| v.as_u64().unwrap())
+        let malformed = sent["malformed"].as_object();
+        assert_eq!(malformed.map_or(0, |m| m.len()), 4, "{stdout}");
+        let malformed: u64 = malformed
+            .into_iter()
+            .flat_map(|m| m.values())
+            .map(|v| v.as_u64().unwrap())
             .sum();
-        assert_eq!(sent.get("malformed").members().len(), 4, "{stdout}");
         assert_eq!(flood, FLOOD);
-        let port = summary.get("local_port").as_u64().unwrap();
+        let port = summary["local_port"].as_u64().unwrap();
         println!(
             "  [{name}/{policy}] python h2: {} raw frames, {} body bytes checked, {:.2?}; sent \
              before-open {before_open}, during {during}, after-end {after_end}, malformed \
              {malformed}, idle flood {flood}",
-            summary.get("raw_frames").as_u64().unwrap(),
-            summary.get("bytes_checked").as_u64().unwrap(),
+            summary["raw_frames"].as_u64().unwrap(),
+            summary["bytes_checked"].as_u64().unwrap(),
             started.elapsed(),
         );
 

@@ -142,13 +142,10 @@ async fn delay_route(name: &'static str) {
 /// The seed workload on one HTTP/2 connection, under every policy: two 1 MiB downloads and
 /// the critical response requested together; all three complete byte-exact.
 async fn concurrent_workload_over_h2(name: &'static str) {
-    for policy in POLICIES {
+    for policy in policies() {
         concurrent_workload_with(name, policy).await;
     }
 }
-
-/// Every `--policy` value: stock hyper + rustls, and the three `tls-flush` presets.
-const POLICIES: [&str; 4] = ["stock", "early-flush", "dynamic", "scheduled"];
 
 async fn concurrent_workload_with(name: &'static str, policy: &'static str) {
     let server = Server::start(name, &["--policy", policy]).await;
@@ -292,7 +289,7 @@ async fn record_size(name: &'static str) {
 /// policy: keep-alive requests on one connection, the pinned `priority` header, byte-exact
 /// bodies, 400.
 async fn http1(name: &'static str) {
-    for policy in POLICIES {
+    for policy in policies() {
         http1_with(name, policy).await;
     }
 }

@@ -3,11 +3,12 @@
 //! and buffer sizes, with h2-like server writes interleaved. Checks that every byte passes
 //! through unchanged, that the PRIORITY_UPDATE counters match a reference parse of the
 //! client's frames, that nothing is queued or written when nothing was written, that memory
-//! stays bounded, and that the server's frames are delivered intact. See `src/harness.rs`.
+//! stays bounded, and that the server's frames are delivered intact. The logic is
+//! `tls-flush-testkit` (`read_case.rs`, `read_run.rs`).
 #![no_main]
 
-use fuzz_harness::harness::{run_read_observer, CountingAlloc};
 use libfuzzer_sys::fuzz_target;
+use tls_flush_testkit::{run_read_observer, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

@@ -4,11 +4,12 @@
 //! truncated last frame), written in arbitrary (vectored) chunks against an arbitrary fault
 //! schedule on the transport (Pending, partial writes, blocked sockets, stale readiness,
 //! buffered output, a failing write), with arbitrary policy and limits, then flushed and
-//! shut down. Checks the output frame by frame (see `src/harness.rs`), not only for panics.
+//! shut down. Checks the output frame by frame, not only for panics. The logic is
+//! `tls-flush-testkit` (`write_case.rs`, `frame_gen.rs`, `write_run.rs`).
 #![no_main]
 
-use fuzz_harness::harness::{run_write_pipeline, CountingAlloc};
 use libfuzzer_sys::fuzz_target;
+use tls_flush_testkit::{run_write_pipeline, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

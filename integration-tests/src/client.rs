@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use examples::tls::AcceptAnyCert;
 use h2::client::SendRequest;
 use rustls::pki_types::{CertificateDer, ServerName};
 use sha2::{Digest, Sha256};
@@ -13,8 +14,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::tap::{Injector, ReadGate, SharedLog, Tap, TapLog};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// Stream-level receive window: large, so flow control is not what is measured.
 pub const STREAM_WINDOW: u32 = 4 << 20;
@@ -26,7 +26,8 @@ pub const CONNECTION_WINDOW: u32 = 16 << 20;
 pub enum Trust {
     /// Trust this certificate as a root (DER).
     Certificate(CertificateDer<'static>),
-    /// Accept any certificate (tests against self-signed servers only).
+    /// Accept any certificate, with [`AcceptAnyCert`]: no authentication, for tests against
+    /// self-signed servers only.
     AnyCertificate,
 }
 
@@ -332,58 +333,9 @@ fn connector(trust: &Trust) -> Result<TlsConnector, BoxError> {
         }
         Trust::AnyCertificate => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
             .with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(TlsConnector::from(Arc::new(config)))
-}
-
-/// Accepts any server certificate; for tests against self-signed servers only.
-#[derive(Debug)]
-struct AcceptAny(Arc<rustls::crypto::CryptoProvider>);
-
-impl rustls::client::danger::ServerCertVerifier for AcceptAny {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }

@@ -31,8 +31,7 @@ use crate::link::LinkConfig;
 use crate::peers::NotInstalled;
 use crate::tun::{self, CongestionControl, TunConfig};
 use crate::workload::{run_once, run_tun, Case, RunResult, Urgencies, Workload};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// The name of the baseline case paired differences are computed against.
 pub const BASELINE: &str = "stock";

@@ -17,3 +17,6 @@ pub mod workload;
 pub use client::{ClientOptions, PendingResponse, Response, TapClient, Trust};
 pub use server::TestServer;
 pub use tap::{FrameEvent, Injector, ReadGate, RecordEvent, TapLog};
+
+/// The boxed error type of the harness's fallible functions.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -59,8 +59,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::client::pattern_byte;
 use crate::workload::{BACKGROUND_LEN, CRITICAL_LEN};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// What to run to install the peers.
 pub const INSTALL_HINT: &str = "run scripts/install-peers.sh";

@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// How the server under test writes: stock hyper + tokio-rustls, or through the wrapper.
 #[derive(Debug, Clone, Default)]

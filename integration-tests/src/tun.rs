@@ -100,6 +100,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::link::LinkConfig;
+use crate::BoxError;
 
 /// The client's address (inside the client namespace only).
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -124,8 +125,6 @@ pub const NEEDS_ROOT: &str = "the tun link needs root (network namespaces and /d
 const NETNS_DIR: &str = "/run/netns";
 /// Largest packet read from a TUN device (more than any MTU we set).
 const MAX_PACKET: usize = 65536;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The TCP congestion control of both namespaces.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, serde::Serialize)]

@@ -36,8 +36,7 @@ use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, TestServer};
 use crate::tap::{FrameEvent, TapLog};
 use crate::tun::{self, Side, TunConfig, TunLink, SERVER_ADDR};
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// Length of each background body (`/bg/1`, `/bg/2`).
 pub const BACKGROUND_LEN: u64 = examples::responses::BG_LEN;
@@ -177,6 +176,17 @@ impl Case {
         }
     }
 
+    /// The `tls-flush` policy of the in-process server, for the cases that run one; its
+    /// [`Policy::name`] is the case's name.
+    pub fn policy(&self) -> Option<Policy> {
+        match self {
+            Case::EarlyFlush => Some(Policy::EarlyFlush),
+            Case::Dynamic => Some(Policy::Dynamic),
+            Case::Scheduled => Some(Policy::Scheduled),
+            Case::Stock | Case::Stock4k | Case::Peer(_) | Case::External { .. } => None,
+        }
+    }
+
     /// The name on command lines, in tables and in JSON.
     pub fn name(&self) -> &str {
         match self {
@@ -192,16 +202,13 @@ impl Case {
 
     /// How the in-process server is set up; `None` for a peer or an external server.
     pub fn setup(&self) -> Option<ServerSetup> {
-        let (policy, record_size) = match self {
-            Case::Stock => (None, None),
-            Case::Stock4k => (None, Some(STOCK_4K_FRAGMENT)),
-            Case::EarlyFlush => (Some(Policy::EarlyFlush), None),
-            Case::Dynamic => (Some(Policy::Dynamic), None),
-            Case::Scheduled => (Some(Policy::Scheduled), None),
+        let record_size = match self {
+            Case::Stock4k => Some(STOCK_4K_FRAGMENT),
+            Case::Stock | Case::EarlyFlush | Case::Dynamic | Case::Scheduled => None,
             Case::Peer(_) | Case::External { .. } => return None,
         };
         Some(ServerSetup {
-            policy,
+            policy: self.policy(),
             record_size,
             config: None,
         })
@@ -834,6 +841,18 @@ mod tests {
         assert!("x@nowhere".parse::<Case>().is_err());
         let ext: Case = "h2o@127.0.0.1:8443".parse().unwrap();
         assert!(ext.setup().is_none());
+    }
+
+    #[test]
+    fn every_policy_is_a_builtin_case_of_its_name() {
+        for policy in Policy::ALL {
+            let case = Case::BUILTIN
+                .into_iter()
+                .find(|c| c.policy() == Some(policy))
+                .unwrap_or_else(|| panic!("no lab case runs {policy}"));
+            assert_eq!(case.name(), policy.name());
+            assert_eq!(case.setup().unwrap().policy, Some(policy));
+        }
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The scheduler's cost per frame against the number of units queued: N DATA frames of N
 //! different streams are queued behind a blocked transport, then the transport opens and
 //! the wrapper drains them (choosing, copying and writing each). The time per frame must
-//! not grow with N (it did when every choice scanned every queued stream).
+//! not grow with N (it did when every choice scanned every queued stream). The transport is
+//! the testkit's gated `Sink`.
 //!
 //! `cargo bench -p tls-flush --bench scheduler`; compare the time per element across N.
 //! `SCHEDULER_BENCH_UNITS=10,1000` picks other sizes.
 
-use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,56 +14,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tls_flush::{FlushConfig, FlushStream, Policy, Transport};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// Discards what it is given, or refuses everything while `blocked`.
-struct Gate {
-    blocked: Arc<AtomicBool>,
-}
-
-impl AsyncRead for Gate {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        _: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Poll::Pending
-    }
-}
-
-impl AsyncWrite for Gate {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        if self.blocked.load(Ordering::Relaxed) {
-            Poll::Pending
-        } else {
-            Poll::Ready(Ok(buf.len()))
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl Transport for Gate {
-    fn alpn_protocol(&self) -> Option<&[u8]> {
-        Some(b"h2")
-    }
-    fn poll_write_ready(&self, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.blocked.load(Ordering::Relaxed) {
-            Poll::Pending
-        } else {
-            Poll::Ready(Ok(()))
-        }
-    }
-}
+use tls_flush::{FlushConfig, FlushStream, Policy};
+use tls_flush_testkit::Sink;
+use tokio::io::AsyncWrite;
 
 fn frame(len: usize, kind: u8, flags: u8, stream: u32) -> Vec<u8> {
     let l = (len as u32).to_be_bytes();
@@ -74,18 +27,13 @@ fn frame(len: usize, kind: u8, flags: u8, stream: u32) -> Vec<u8> {
 }
 
 /// A wrapper holding `units` DATA frames (100-byte payloads) of `units` streams.
-fn queued(units: usize, policy: Policy) -> (FlushStream<Gate>, Arc<AtomicBool>) {
-    let blocked = Arc::new(AtomicBool::new(true));
+fn queued(units: usize, policy: Policy) -> (FlushStream<Sink>, Arc<AtomicBool>) {
+    let (sink, blocked) = Sink::gated();
     let config = FlushConfig::for_policy(policy)
         .soft_limit(256 << 20)
         .hard_limit(256 << 20)
         .announce_no_rfc7540_priorities(false);
-    let mut stream = FlushStream::new(
-        Gate {
-            blocked: blocked.clone(),
-        },
-        config,
-    );
+    let mut stream = FlushStream::new(sink, config);
     let mut cx = Context::from_waker(Waker::noop());
     let mut wire = frame(0, 0x4, 0, 0);
     for i in 0..units {
@@ -101,7 +49,7 @@ fn queued(units: usize, policy: Policy) -> (FlushStream<Gate>, Arc<AtomicBool>) 
     (stream, blocked)
 }
 
-fn drain(stream: &mut FlushStream<Gate>) {
+fn drain(stream: &mut FlushStream<Sink>) {
     let mut cx = Context::from_waker(Waker::noop());
     while Pin::new(&mut *stream).poll_shutdown(&mut cx).is_pending() {}
     assert_eq!(stream.stats().snapshot().queued_bytes, 0);

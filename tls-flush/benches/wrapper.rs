@@ -1,6 +1,7 @@
 //! The wrapper's cost per MiB against stock, over in-memory transports.
 //!
-//! `plain`: h2-shaped frames written straight to a sink (stock) or through `FlushStream`.
+//! `plain`: h2-shaped frames written straight to a sink (the testkit's `Sink`: stock) or
+//! through `FlushStream` into one.
 //! `tls`: the same through tokio-rustls over an in-memory pipe whose far end discards the
 //! ciphertext, so the ratio shows the wrapper's share next to the encryption it feeds.
 //! Read the medians as ratios against `stock` in the same run.
@@ -12,44 +13,10 @@ use std::task::{Context, Poll};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tls_flush::{FlushConfig, FlushStream, Policy, Transport};
+use tls_flush_testkit::Sink;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 const MIB: usize = 1 << 20;
-
-/// Accepts everything instantly.
-#[derive(Default)]
-struct Sink {
-    bytes: u64,
-}
-
-impl AsyncRead for Sink {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        _: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Poll::Pending
-    }
-}
-
-impl AsyncWrite for Sink {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.bytes += buf.len() as u64;
-        Poll::Ready(Ok(buf.len()))
-    }
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl Transport for Sink {}
 
 fn frame_header(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; 9] {
     let l = (len as u32).to_be_bytes();

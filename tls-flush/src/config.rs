@@ -15,6 +15,7 @@ pub const MAX_RECORD_PAYLOAD: usize = 16384;
 /// assert_eq!("scheduled".parse::<Policy>(), Ok(Policy::Scheduled));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Policy {
     /// h2's order; records packed full; an urgent small DATA frame ends its record and is
     /// flushed at once; the downstream is kept shallow (a bounded early flush).

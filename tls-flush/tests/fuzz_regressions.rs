@@ -1,7 +1,8 @@
 //! Fuzz regressions: inputs found or kept by the cargo-fuzz targets in `fuzz/`, replayed on
-//! stable Rust through exactly the targets' own logic and invariant checks. The harness is
-//! `fuzz/src/harness.rs`, included here as a module, so the fuzzers and these tests cannot
-//! drift apart (see `fuzz/README.md`).
+//! stable Rust through exactly the targets' own logic and invariant checks. Both the fuzz
+//! targets and these tests call the `tls-flush-testkit` crate (`testkit/`: input decoders,
+//! fault-injecting transport, polling driver, checks), so they cannot drift apart (see
+//! `fuzz/README.md`).
 //!
 //! - `corpus_*` replay the inputs under `tests/fuzz_corpus/<target>/` (the largest and most
 //!   varied inputs of the fuzzing campaigns, plus the minimized inputs of each finding)
@@ -15,22 +16,19 @@
 //!   Its test is `#[ignore]`d (it fails); run it with
 //!   `cargo test -p tls-flush --test fuzz_regressions -- --ignored`.
 
-#[path = "../../fuzz/src/harness.rs"]
-mod harness;
-
 use std::path::{Path, PathBuf};
 
-use harness::{
-    observer_model, run_priority_parse, run_priority_update_parse, run_read_case,
-    run_read_observer, run_write_case, run_write_pipeline_with, Frame, Preface, ReadCase, ReadPlan,
-    WriteCase, CONTINUATION, DATA, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE,
-    PRIORITY_UPDATE,
-};
 use tls_flush::Policy;
+use tls_flush_testkit::{
+    observer_model, run_priority_parse, run_priority_update_parse, run_read_case,
+    run_read_observer, run_write_case, run_write_pipeline_with, CountingAlloc, Frame, Preface,
+    ReadCase, ReadPlan, Shape, WriteCase, CONTINUATION, DATA, END_HEADERS, END_STREAM, HEADERS,
+    PING, PREFACE, PRIORITY_UPDATE,
+};
 
 /// Counts this thread's heap bytes, for the read observer's memory bound.
 #[global_allocator]
-static ALLOC: harness::CountingAlloc = harness::CountingAlloc;
+static ALLOC: CountingAlloc = CountingAlloc;
 
 fn corpus(target: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -182,7 +180,7 @@ fn refused_frame_behind_an_unfinished_header_block_spins_forever() {
             continuation(1, END_HEADERS, &[]),
         ],
     );
-    case.limits = Some((0, 0));
+    case.knobs.limits = Some((0, 0));
     assert_delivered("finding-stall", &case);
 }
 
@@ -229,7 +227,7 @@ fn truncated_final_frame_delivers_every_complete_unit_before_it() {
     );
     case.truncate = Some(3);
     run_write_case(&case, false).expect("complete units delivered");
-    case.shape = harness::Shape::Grammar;
+    case.shape = Shape::Grammar;
     case.frames[1] = Frame::new(DATA, END_STREAM, 1, vec![7; 20_000]);
     run_write_case(&case, false).expect("complete units delivered");
     // Cut inside the header of the last CONTINUATION rather than its payload: the same.

@@ -14,17 +14,23 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use examples::pattern_byte;
+use examples::tls::AcceptAnyCert;
 use http::{HeaderMap, Request, StatusCode};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdout, Command};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
+
+/// Every `--policy` value: `stock` (hyper + rustls without the wrapper), then every
+/// `tls_flush::Policy`.
+pub fn policies() -> impl Iterator<Item = &'static str> {
+    std::iter::once(examples::cli::STOCK).chain(tls_flush::Policy::ALL.map(tls_flush::Policy::name))
+}
 
 /// Bound for anything a test waits on.
 pub const TIMEOUT: Duration = Duration::from_secs(30);
@@ -145,56 +151,6 @@ impl Drop for Server {
             );
         }
         let _ = self.child.start_kill();
-    }
-}
-
-/// Accepts any server certificate (the generated self-signed one), while still checking
-/// the handshake signatures. Test code only.
-#[derive(Debug)]
-pub struct AcceptAnyCert(pub Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AcceptAnyCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -457,7 +413,8 @@ pub fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
 
 // ---------------------------------------------------------------------------------------
 // Helpers for the real-client interop tests (examples/tests/interop.rs): the server's
-// logs and tls-flush counters, external tools, and a small JSON reader for their output.
+// logs and tls-flush counters, and external tools (their JSON output is read with
+// serde_json).
 // ---------------------------------------------------------------------------------------
 
 /// Where the interop tests' tools come from.
@@ -591,231 +548,4 @@ pub fn pattern_histogram(len: u64) -> [u64; 256] {
         *count = len / 251 + u64::from((v as u64) < len % 251);
     }
     h
-}
-
-/// A parsed JSON value (enough for tool output: HAR files, the python client's summary).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Json {
-    Null,
-    Bool(bool),
-    /// The number's text, as written.
-    Num(String),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(Vec<(String, Json)>),
-}
-
-static JSON_NULL: Json = Json::Null;
-
-impl Json {
-    /// Parses a whole JSON document.
-    pub fn parse(text: &str) -> Result<Json, String> {
-        let mut p = JsonParser {
-            s: text.as_bytes(),
-            i: 0,
-        };
-        let v = p.value()?;
-        p.ws();
-        if p.i != p.s.len() {
-            return Err(format!("trailing characters at {}", p.i));
-        }
-        Ok(v)
-    }
-
-    /// Member `key` of an object (`Null` if absent or not an object).
-    pub fn get(&self, key: &str) -> &Json {
-        match self {
-            Json::Obj(members) => members
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v)
-                .unwrap_or(&JSON_NULL),
-            _ => &JSON_NULL,
-        }
-    }
-
-    /// The elements of an array (empty if not an array).
-    pub fn items(&self) -> &[Json] {
-        match self {
-            Json::Arr(items) => items,
-            _ => &[],
-        }
-    }
-
-    /// The members of an object (empty if not an object).
-    pub fn members(&self) -> &[(String, Json)] {
-        match self {
-            Json::Obj(members) => members,
-            _ => &[],
-        }
-    }
-
-    pub fn as_str(&self) -> Option<&str> {
-        match self {
-            Json::Str(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_u64(&self) -> Option<u64> {
-        match self {
-            Json::Num(n) => n.parse().ok(),
-            _ => None,
-        }
-    }
-
-    pub fn as_bool(&self) -> Option<bool> {
-        match self {
-            Json::Bool(b) => Some(*b),
-            _ => None,
-        }
-    }
-}
-
-struct JsonParser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl JsonParser<'_> {
-    fn ws(&mut self) {
-        while self.i < self.s.len() && self.s[self.i].is_ascii_whitespace() {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, lit: &str) -> Result<(), String> {
-        if self.s[self.i..].starts_with(lit.as_bytes()) {
-            self.i += lit.len();
-            Ok(())
-        } else {
-            Err(format!("expected {lit:?} at {}", self.i))
-        }
-    }
-
-    fn value(&mut self) -> Result<Json, String> {
-        self.ws();
-        match self.s.get(self.i) {
-            None => Err("unexpected end of JSON".into()),
-            Some(b'n') => self.eat("null").map(|_| Json::Null),
-            Some(b't') => self.eat("true").map(|_| Json::Bool(true)),
-            Some(b'f') => self.eat("false").map(|_| Json::Bool(false)),
-            Some(b'"') => self.string().map(Json::Str),
-            Some(b'[') => {
-                self.i += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b']') {
-                    self.i += 1;
-                    return Ok(Json::Arr(items));
-                }
-                loop {
-                    items.push(self.value()?);
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b']') => {
-                            self.i += 1;
-                            return Ok(Json::Arr(items));
-                        }
-                        _ => return Err(format!("expected , or ] at {}", self.i)),
-                    }
-                }
-            }
-            Some(b'{') => {
-                self.i += 1;
-                let mut members = Vec::new();
-                self.ws();
-                if self.s.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(Json::Obj(members));
-                }
-                loop {
-                    self.ws();
-                    let key = self.string()?;
-                    self.ws();
-                    self.eat(":")?;
-                    members.push((key, self.value()?));
-                    self.ws();
-                    match self.s.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Json::Obj(members));
-                        }
-                        _ => return Err(format!("expected , or }} at {}", self.i)),
-                    }
-                }
-            }
-            Some(c) if *c == b'-' || c.is_ascii_digit() => {
-                let start = self.i;
-                while self.i < self.s.len()
-                    && matches!(
-                        self.s[self.i],
-                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
-                    )
-                {
-                    self.i += 1;
-                }
-                let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-                text.parse::<f64>()
-                    .map_err(|e| format!("bad number {text:?}: {e}"))?;
-                Ok(Json::Num(text.to_owned()))
-            }
-            Some(c) => Err(format!("unexpected {:?} at {}", *c as char, self.i)),
-        }
-    }
-
-    fn hex4(&mut self) -> Result<u32, String> {
-        let digits = self
-            .s
-            .get(self.i..self.i + 4)
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .ok_or_else(|| format!("short \\u escape at {}", self.i))?;
-        self.i += 4;
-        u32::from_str_radix(digits, 16).map_err(|e| format!("bad \\u escape {digits:?}: {e}"))
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        self.eat("\"")?;
-        let mut out = Vec::new();
-        loop {
-            let c = *self.s.get(self.i).ok_or("unterminated string")?;
-            self.i += 1;
-            match c {
-                b'"' => return String::from_utf8(out).map_err(|e| e.to_string()),
-                b'\\' => {
-                    let e = *self.s.get(self.i).ok_or("unterminated escape")?;
-                    self.i += 1;
-                    let ch = match e {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => {
-                            let hi = self.hex4()?;
-                            let code = if (0xD800..0xDC00).contains(&hi)
-                                && self.s[self.i..].starts_with(b"\\u")
-                            {
-                                self.i += 2;
-                                let lo = self.hex4()?;
-                                0x10000 + ((hi - 0xD800) << 10) + (lo.wrapping_sub(0xDC00) & 0x3FF)
-                            } else {
-                                hi
-                            };
-                            char::from_u32(code).unwrap_or('\u{FFFD}')
-                        }
-                        _ => return Err(format!("bad escape \\{} at {}", e as char, self.i)),
-                    };
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
-                }
-                _ => out.push(c),
-            }
-        }
-    }
 }

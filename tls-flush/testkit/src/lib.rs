@@ -1,0 +1,74 @@
+//! Test support for `tls-flush`, shared by its tests (`tests/pipeline_props.rs`,
+//! `tests/pipeline_cases.rs`, `tests/fuzz_regressions.rs`), its benchmarks and the
+//! cargo-fuzz targets in `fuzz/` (which depend on this crate by path), so that the fuzzers,
+//! the property tests and the corpus replay in CI run exactly the same machinery and checks.
+//! Not published.
+//!
+//! It depends only on `std`, tokio's I/O traits and the public APIs of `tls-flush` and
+//! `tower-priority`, so it builds on stable (the tests) and on nightly with sanitizer flags
+//! (the fuzz crate) alike.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`frame`] | the HTTP/2 frame model, parsing, and frame builders |
+//! | [`hpack`] | HPACK integers, literals and the request/response blocks the tests send |
+//! | [`transport`] | the fault-injecting transport ([`FaultyTransport`], [`Wire`]) |
+//! | [`sink`] | [`Sink`], a trivial transport for benchmarks (open or gated) |
+//! | [`driver`] | [`Harness`], which polls a `FlushStream` by hand as an executor would |
+//! | [`checks`] | the invariants checked on the recorded output and on the counters |
+//! | [`alloc`] | [`CountingAlloc`], a counting global allocator for the memory bounds |
+//! | [`knobs`] | [`Knobs`], a write case's `FlushConfig` |
+//! | [`input`] | [`Input`], the hand-written fuzz input decoder |
+//! | [`write_case`], [`frame_gen`] | the `write_pipeline` case and its decoder |
+//! | [`write_run`] | writing as h2 does, flushing, shutting down, checking the delivery |
+//! | [`read_case`] | the `read_observer` case and its decoder |
+//! | [`observer_model`](mod@observer_model) | the reference model of the read observer's counters |
+//! | [`read_run`] | running a `read_observer` case |
+//! | [`parsers`] | the `priority_parse` and `priority_update_parse` targets |
+//!
+//! Entry points of the fuzz targets: [`run_write_pipeline`], [`run_read_observer`],
+//! [`run_priority_parse`] and [`run_priority_update_parse`] return `Err(description)` when
+//! an invariant is violated (the targets panic with it) and panic themselves only where the
+//! wrapper panicked or livelocked.
+
+pub mod alloc;
+pub mod checks;
+pub mod driver;
+pub mod frame;
+pub mod frame_gen;
+pub mod hpack;
+pub mod input;
+pub mod knobs;
+pub mod observer_model;
+pub mod parsers;
+pub mod read_case;
+pub mod read_run;
+pub mod sink;
+pub mod transport;
+pub mod write_case;
+pub mod write_run;
+
+pub use alloc::CountingAlloc;
+pub use checks::{
+    check_control_not_overtaken, check_counters, check_first_settings_grew, check_header_blocks,
+    check_in_order, check_settings_barriers, expected_frames, follows_header_grammar,
+    inverted_data_frames, largest_header_unit, match_frames, unfinished_block_at_end,
+    CounterBounds,
+};
+pub use driver::{Harness, Stream};
+pub use frame::*;
+pub use hpack::{hpack_int, hpack_string, literal, request_block, response_block};
+pub use input::Input;
+pub use knobs::Knobs;
+pub use observer_model::{observer_model, ObserverModel};
+pub use parsers::{run_priority_parse, run_priority_update_parse};
+pub use read_case::{decode_read_case, Preface, ReadCase, ServerWrite};
+pub use read_run::{run_read_case, run_read_observer};
+pub use sink::Sink;
+pub use transport::{Buffering, Event, FaultyTransport, ReadPlan, Step, Wire};
+pub use write_case::{decode_write_case, Shape, WriteCase};
+pub use write_run::{
+    check_delivery, check_ordering, finish, locate, run_write_case, run_write_pipeline,
+    run_write_pipeline_with, split, write_call, write_input, Finished, OrderChecks, WriteOp,
+    Written,
+};
