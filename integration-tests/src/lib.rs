@@ -5,6 +5,7 @@
 //! cases side by side (the `lab` binary).
 #![deny(missing_docs)]
 
+pub mod attack;
 pub mod client;
 pub mod lab;
 pub mod link;
