@@ -34,6 +34,7 @@ mod hpack;
 mod priorities;
 mod read_observer;
 mod scheduler;
+#[cfg(feature = "serve")]
 mod serve;
 mod socket;
 mod stats;
@@ -42,8 +43,8 @@ mod transport;
 mod write_path;
 
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, MAX_RECORD_PAYLOAD};
+#[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};
-pub use socket::notsent_lowat;
 pub use stats::{ConnectionStats, StatsSnapshot};
 pub use stream::FlushStream;
 pub use transport::Transport;

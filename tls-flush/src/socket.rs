@@ -36,26 +36,3 @@ pub(crate) fn set_notsent_lowat(_stream: &TcpStream, _bytes: u32) -> io::Result<
         "TCP_NOTSENT_LOWAT",
     ))
 }
-
-/// Reads `TCP_NOTSENT_LOWAT` back (tests and diagnostics).
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub fn notsent_lowat(stream: &TcpStream) -> io::Result<u32> {
-    use std::os::fd::AsRawFd;
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: valid open fd; `value` and `len` are live stack locations of the sizes given.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 {
-        Ok(value as u32)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}

@@ -59,17 +59,3 @@ impl<T: Transport> Transport for tokio_rustls::server::TlsStream<T> {
         self.get_ref().0.tcp_stream()
     }
 }
-
-impl<T: Transport> Transport for tokio_rustls::client::TlsStream<T> {
-    fn has_buffered_output(&self) -> bool {
-        self.get_ref().1.wants_write()
-    }
-
-    fn alpn_protocol(&self) -> Option<&[u8]> {
-        self.get_ref().1.alpn_protocol()
-    }
-
-    fn tcp_stream(&self) -> Option<&TcpStream> {
-        self.get_ref().0.tcp_stream()
-    }
-}
