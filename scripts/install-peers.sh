@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Installs the real peer servers the lab measures beside ours (issue 6), from Debian:
+# Installs the real peer servers the lab measures beside ours, from Debian:
 # nginx, nghttpd (nghttp2-server), h2o and Apache httpd (apache2-bin: the binary and its
 # modules, mod_ssl and mod_http2 included, without the apache2 package's system service and
 # default site). Idempotent; run as root (CI is root). Safe to re-run.
 #
 # The lab starts each peer itself, from a configuration it writes into a temporary
-# directory (integration-tests/src/peers.rs). The packages' own system services are not
-# wanted: they are kept from starting during the install (policy-rc.d), stopped if one
-# runs anyway, and disabled, so that none stays running or holds port 80 or 443.
+# directory (integration-tests/src/peers.rs, from the templates in integration-tests/peers/).
+# The packages' own system services are not wanted: they are kept from starting during
+# the install (policy-rc.d), stopped if one runs anyway, and disabled, so that none stays
+# running or holds port 80 or 443.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive

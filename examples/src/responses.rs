@@ -42,6 +42,10 @@ pub const BG_PREFIX: &str = "/bg/";
 pub const SIZE_PREFIX: &str = "/size/";
 /// Prefix of the delayed critical-size resources (`/delay/{ms}`).
 pub const DELAY_PREFIX: &str = "/delay/";
+/// The two background downloads of the experiment the integration tests and the lab run
+/// (two [`BG_LEN`] responses and a [`CRITICAL_LEN`] one at [`CRITICAL_PATH`], on one
+/// HTTP/2 connection); the peer servers serve them as static files.
+pub const FIXTURE_BG_PATHS: [&str; 2] = ["/bg/1", "/bg/2"];
 
 /// Content type of every pattern body.
 pub const OCTET_STREAM: &str = "application/octet-stream";

@@ -1,6 +1,7 @@
 //! A deterministic HTTP/2 client over rustls, with taps under and above TLS, that checks
 //! every body byte.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -42,6 +43,29 @@ pub struct ClientOptions {
     pub recv_buffer: Option<usize>,
 }
 
+impl ClientOptions {
+    /// The default options with `trust`: a certificate to trust as the only root (a
+    /// [`CertificateDer`]), or a [`Trust`].
+    ///
+    /// ```
+    /// use integration_tests::{ClientOptions, Trust};
+    /// let options = ClientOptions::trusting(Trust::AnyCertificate);
+    /// assert_eq!(options.server_name, "localhost");
+    /// ```
+    pub fn trusting(trust: impl Into<Trust>) -> ClientOptions {
+        ClientOptions {
+            trust: trust.into(),
+            ..ClientOptions::default()
+        }
+    }
+}
+
+impl From<CertificateDer<'static>> for Trust {
+    fn from(certificate: CertificateDer<'static>) -> Trust {
+        Trust::Certificate(certificate)
+    }
+}
+
 impl Default for ClientOptions {
     fn default() -> Self {
         ClientOptions {
@@ -63,7 +87,7 @@ pub struct Response {
     pub len: u64,
     /// SHA-256 of the body.
     pub sha256: [u8; 32],
-    /// True when every byte at offset i was `(i % 251) as u8`.
+    /// True when every byte at offset `i` was [`pattern_byte`]`(i)`.
     pub pattern_ok: bool,
     /// The HTTP/2 stream id it came on.
     pub stream_id: u32,
@@ -71,6 +95,40 @@ pub struct Response {
     pub sent_at: Instant,
     /// When the body was complete.
     pub done_at: Instant,
+}
+
+impl Response {
+    /// Fails, saying why, unless this is a `200 OK` whose body is exactly `len` bytes of the
+    /// pattern ([`pattern_byte`]), checked byte by byte and by SHA-256.
+    pub fn check_pattern(&self, len: u64) -> Result<(), String> {
+        if self.status != http::StatusCode::OK {
+            return Err(format!("status {}", self.status));
+        }
+        if self.len != len {
+            return Err(format!("{} body bytes, expected {len}", self.len));
+        }
+        if !self.pattern_ok {
+            return Err("body bytes differ from the pattern".into());
+        }
+        if self.sha256 != pattern_sha256_cached(len) {
+            return Err("body SHA-256 differs from the pattern's".into());
+        }
+        Ok(())
+    }
+}
+
+/// [`pattern_sha256`], computed once per length.
+fn pattern_sha256_cached(len: u64) -> [u8; 32] {
+    static KNOWN: Mutex<BTreeMap<u64, [u8; 32]>> = Mutex::new(BTreeMap::new());
+    if let Some(sha) = KNOWN.lock().expect("pattern hashes poisoned").get(&len) {
+        return *sha;
+    }
+    let sha = pattern_sha256(len);
+    KNOWN
+        .lock()
+        .expect("pattern hashes poisoned")
+        .insert(len, sha);
+    sha
 }
 
 /// An HTTP/2 connection over TLS with taps.
@@ -92,10 +150,9 @@ impl std::fmt::Debug for TapClient {
     }
 }
 
-/// The body pattern every test server uses.
-pub fn pattern_byte(i: u64) -> u8 {
-    (i % 251) as u8
-}
+/// The body pattern every test server uses: byte `i` is `(i % 251) as u8` (the demo app's
+/// [`examples::body`], also what the peer servers serve).
+pub use examples::body::pattern_byte;
 
 impl TapClient {
     /// Connects, handshakes TLS with ALPN h2 and HTTP/2, and drives the connection on a task.

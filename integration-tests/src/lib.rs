@@ -1,13 +1,16 @@
 //! The measuring harness: an HTTP/2 client over rustls with taps under TLS (records) and
 //! above TLS (frames), body verification, and in-process servers under test.
 //!
-//! [`link`] emulates a slow path, [`workload`] runs the seed workloads, and [`lab`] measures
-//! cases side by side (the `lab` binary).
+//! [`link`] emulates a slow path on loopback and [`tun`] a kernel-faithful one between two
+//! network namespaces (root only); [`peers`] starts real servers (nginx, nghttpd, h2o,
+//! Apache) serving the same fixture; [`workload`] runs the experiment (two 1 MiB background
+//! downloads and a 4 KiB critical response on one HTTP/2 connection) against any of them
+//! and measures it. The `lab` binary (`src/bin/lab/`) runs every case side by side and
+//! prints the tables.
 #![deny(missing_docs)]
 
 pub mod attack;
 pub mod client;
-pub mod lab;
 pub mod link;
 pub mod peers;
 pub mod server;

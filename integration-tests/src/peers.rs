@@ -1,6 +1,9 @@
 //! Real peer servers from Debian (nginx, nghttpd, h2o, Apache httpd), started as child
-//! processes serving the seed fixture over TLS + HTTP/2, so that the lab measures them behind
-//! the same link as our own cases ([`crate::workload::Case::Peer`]).
+//! processes serving the experiment's fixture over TLS + HTTP/2, so that the lab measures
+//! them behind the same link as our own cases ([`crate::workload::Case::Peer`]).
+//!
+//! The fixture is the demo app's ([`examples::responses`]): the critical resource and the
+//! two background downloads, whose bytes follow [`examples::body::pattern_byte`].
 //!
 //! `scripts/install-peers.sh` installs them. [`PeerServer::start`] writes everything a peer
 //! needs into a fresh temporary directory (removed again when the server is dropped):
@@ -10,8 +13,10 @@
 //! - `cert.pem` and `key.pem`: a self-signed ECDSA P-256 certificate for `localhost` and
 //!   `127.0.0.1`, `CA:FALSE` (webpki rejects a CA certificate used as the end entity), made
 //!   like the in-process servers' ([`examples::tls::self_signed`]);
-//! - the peer's configuration (see [`PeerKind::config`]), a minimal one that keeps the
-//!   server's own defaults except where stated there.
+//! - the peer's configuration (see [`PeerKind::config`]), filled in from a template in
+//!   `integration-tests/peers/` (`nginx.conf`, `h2o.conf`, `httpd.conf`, and `openssl.cnf`
+//!   for nghttpd and h2o): a minimal one that keeps the server's own defaults except where
+//!   stated there.
 //!
 //! It then starts the server on a free port, waits until the port completes a TLS 1.3
 //! handshake with ALPN `h2` against that certificate, and stops it (SIGTERM, then SIGKILL
@@ -57,8 +62,9 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, ServerName};
 
-use crate::client::pattern_byte;
-use crate::workload::{BACKGROUND_LEN, CRITICAL_LEN};
+use examples::body::pattern_byte;
+use examples::responses::{BG_LEN, CRITICAL_LEN, CRITICAL_PATH, FIXTURE_BG_PATHS};
+
 use crate::BoxError;
 
 /// What to run to install the peers.
@@ -85,7 +91,8 @@ const EXTRA_BIN_DIRS: [&str; 3] = ["/usr/sbin", "/sbin", "/usr/bin"];
 pub enum PeerKind {
     /// nginx with `ssl_buffer_size 16k` (its default).
     Nginx,
-    /// nginx with `ssl_buffer_size 4k` (the seeds' small-buffer case).
+    /// nginx with `ssl_buffer_size 4k` (small records, nginx's remedy for time to first
+    /// byte).
     Nginx4k,
     /// nghttpd (nghttp2's server), started with `--no-rfc7540-pri` so that it schedules by
     /// RFC 9218 (the `priority` request header) instead of the RFC 7540 tree.
@@ -97,7 +104,7 @@ pub enum PeerKind {
 }
 
 impl PeerKind {
-    /// Every peer, in the issue's order.
+    /// Every peer, in table order.
     pub const ALL: [PeerKind; 5] = [
         PeerKind::Nginx,
         PeerKind::Nginx4k,
@@ -173,126 +180,38 @@ impl PeerKind {
     /// server laid out as `layout`; `None` for nghttpd, which takes flags only (see
     /// [`args`](Self::args)).
     pub fn config(self, layout: &Layout) -> Option<(&'static str, String)> {
-        let dir = layout.dir.display();
-        let htdocs = layout.htdocs().display().to_string();
-        let cert = layout.cert().display().to_string();
-        let key = layout.key().display().to_string();
+        let (name, template) = match self {
+            PeerKind::Nginx | PeerKind::Nginx4k => ("nginx.conf", NGINX_CONF),
+            PeerKind::Nghttpd => return None,
+            PeerKind::H2o => ("h2o.conf", H2O_CONF),
+            PeerKind::Apache => ("httpd.conf", APACHE_CONF),
+        };
+        let buffer = if self == PeerKind::Nginx4k {
+            "4k"
+        } else {
+            "16k"
+        };
+        let modules: Vec<String> = APACHE_MODULE_FILES
+            .iter()
+            .map(|(module, file)| format!("LoadModule {module} {APACHE_MODULES}/{file}"))
+            .collect();
         let listen = layout.listen();
-        match self {
-            PeerKind::Nginx | PeerKind::Nginx4k => {
-                let buffer = if self == PeerKind::Nginx4k {
-                    "4k"
-                } else {
-                    "16k"
-                };
-                Some((
-                    "nginx.conf",
-                    format!(
-                        "# nginx for the lab (case {name}); run as nginx -c THIS -p {dir}/ -e {dir}/error.log\n\
-                         daemon off;\n\
-                         worker_processes 1;\n\
-                         pid {dir}/nginx.pid;\n\
-                         error_log {dir}/error.log warn;\n\
-                         events {{\n    worker_connections 64;\n}}\n\
-                         http {{\n\
-                         \x20   access_log off;\n\
-                         \x20   default_type application/octet-stream;\n\
-                         \x20   client_body_temp_path {dir}/client_body;\n\
-                         \x20   proxy_temp_path {dir}/proxy;\n\
-                         \x20   fastcgi_temp_path {dir}/fastcgi;\n\
-                         \x20   uwsgi_temp_path {dir}/uwsgi;\n\
-                         \x20   scgi_temp_path {dir}/scgi;\n\
-                         \x20   server {{\n\
-                         \x20       listen {listen} ssl http2;\n\
-                         \x20       server_name localhost;\n\
-                         \x20       ssl_certificate {cert};\n\
-                         \x20       ssl_certificate_key {key};\n\
-                         \x20       ssl_protocols TLSv1.2 TLSv1.3;\n\
-                         \x20       ssl_buffer_size {buffer};\n\
-                         \x20       # No TLS session tickets: without NumTickets 0, OpenSSL still sends two\n\
-                         \x20       # TLS 1.3 tickets (stateful ones) after the handshake.\n\
-                         \x20       ssl_session_tickets off;\n\
-                         \x20       ssl_conf_command NumTickets 0;\n\
-                         \x20       root {htdocs};\n\
-                         \x20   }}\n\
-                         }}\n",
-                        name = self.name(),
-                    ),
-                ))
-            }
-            PeerKind::Nghttpd => None,
-            PeerKind::H2o => Some((
-                "h2o.conf",
-                format!(
-                    "# h2o for the lab; run as h2o -c THIS\n\
-                     num-threads: 1\n\
-                     error-log: {dir}/error.log\n\
-                     # No TLS session tickets (nor a session cache).\n\
-                     ssl-session-resumption:\n\
-                     \x20 mode: off\n\
-                     listen:\n\
-                     \x20 host: {host}\n\
-                     \x20 port: {port}\n\
-                     \x20 ssl:\n\
-                     \x20   certificate-file: {cert}\n\
-                     \x20   key-file: {key}\n\
-                     \x20   minimum-version: TLSv1.2\n\
-                     \x20   # Do not spawn fetch-ocsp-response for a self-signed certificate.\n\
-                     \x20   ocsp-update-interval: 0\n\
-                     hosts:\n\
-                     \x20 default:\n\
-                     \x20   paths:\n\
-                     \x20     /:\n\
-                     \x20       file.dir: {htdocs}\n",
-                    host = listen.ip(),
-                    port = listen.port(),
-                ),
-            )),
-            PeerKind::Apache => {
-                let modules: String = APACHE_MODULE_FILES
-                    .iter()
-                    .map(|(module, file)| format!("LoadModule {module} {APACHE_MODULES}/{file}\n"))
-                    .collect();
-                Some((
-                    "httpd.conf",
-                    format!(
-                        "# Apache httpd for the lab; run as apache2 -d {dir} -f THIS -DFOREGROUND\n\
-                         ServerRoot {dir}\n\
-                         ServerName localhost\n\
-                         PidFile {dir}/httpd.pid\n\
-                         ErrorLog {dir}/error.log\n\
-                         LogLevel warn\n\
-                         DefaultRuntimeDir {dir}\n\
-                         {modules}\
-                         # Only used when started as root.\n\
-                         User www-data\n\
-                         Group www-data\n\
-                         # Debian's stock mpm_event.conf.\n\
-                         StartServers 2\n\
-                         MinSpareThreads 25\n\
-                         MaxSpareThreads 75\n\
-                         ThreadLimit 64\n\
-                         ThreadsPerChild 25\n\
-                         MaxRequestWorkers 150\n\
-                         MaxConnectionsPerChild 0\n\
-                         Listen {listen} https\n\
-                         Protocols h2 http/1.1\n\
-                         DocumentRoot {htdocs}\n\
-                         <Directory {htdocs}>\n\
-                         \x20   Require all granted\n\
-                         </Directory>\n\
-                         SSLEngine on\n\
-                         SSLCertificateFile {cert}\n\
-                         SSLCertificateKeyFile {key}\n\
-                         SSLProtocol -all +TLSv1.2 +TLSv1.3\n\
-                         # No TLS session tickets: without NumTickets 0, OpenSSL still sends two\n\
-                         # TLS 1.3 tickets (stateful ones) after the handshake.\n\
-                         SSLSessionTickets off\n\
-                         SSLOpenSSLConfCmd NumTickets 0\n"
-                    ),
-                ))
-            }
-        }
+        let text = fill(
+            template,
+            &[
+                ("NAME", self.name().to_string()),
+                ("DIR", layout.dir.display().to_string()),
+                ("HTDOCS", layout.htdocs().display().to_string()),
+                ("CERT", layout.cert().display().to_string()),
+                ("KEY", layout.key().display().to_string()),
+                ("LISTEN", listen.to_string()),
+                ("HOST", listen.ip().to_string()),
+                ("PORT", listen.port().to_string()),
+                ("BUFFER", buffer.to_string()),
+                ("MODULES", modules.join("\n")),
+            ],
+        );
+        Some((name, text))
     }
 
     /// The arguments after the binary (the configuration file is at `config`, when there is
@@ -358,21 +277,28 @@ impl fmt::Display for PeerKind {
     }
 }
 
+/// The configuration templates, in `integration-tests/peers/`: `@NAME@` (the case), `@DIR@`
+/// (the peer's directory), `@HTDOCS@`, `@CERT@`, `@KEY@`, `@LISTEN@` (`HOST:PORT`), `@HOST@`,
+/// `@PORT@`, `@BUFFER@` (nginx's `ssl_buffer_size`) and `@MODULES@` (Apache's `LoadModule`
+/// lines) are filled in by [`PeerKind::config`].
+const NGINX_CONF: &str = include_str!("../peers/nginx.conf");
+/// h2o's template (see [`NGINX_CONF`]).
+const H2O_CONF: &str = include_str!("../peers/h2o.conf");
+/// Apache httpd's template (see [`NGINX_CONF`]).
+const APACHE_CONF: &str = include_str!("../peers/httpd.conf");
 /// The OpenSSL configuration nghttpd and h2o read through `OPENSSL_CONF`: no TLS 1.3 session
-/// tickets.
-/// (Debian's own `/etc/ssl/openssl.cnf` has no `system_default` section, so nothing else
-/// changes.)
-const NGHTTPD_OPENSSL_CONF: &str = "\
-# OpenSSL configuration of nghttpd and h2o in the lab: no TLS session tickets.
-openssl_conf = lab_conf
-[lab_conf]
-ssl_conf = lab_ssl
-[lab_ssl]
-system_default = lab_system_default
-[lab_system_default]
-NumTickets = 0
-";
+/// tickets. (Debian's own `/etc/ssl/openssl.cnf` has no `system_default` section, so nothing
+/// else changes.)
+const OPENSSL_CONF: &str = include_str!("../peers/openssl.cnf");
 
+/// `template` with every `@NAME@` of `values` replaced by its value.
+fn fill(template: &str, values: &[(&str, String)]) -> String {
+    values
+        .iter()
+        .fold(template.to_string(), |text, (name, value)| {
+            text.replace(&format!("@{name}@"), value)
+        })
+}
 /// A peer that cannot run here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotInstalled {
@@ -446,24 +372,24 @@ impl Layout {
     }
 }
 
-/// Writes the seed fixture under `htdocs`: `critical` ([`CRITICAL_LEN`] bytes) and `bg/1`,
-/// `bg/2` ([`BACKGROUND_LEN`] bytes each), byte `i` being `(i % 251) as u8`; directories
+/// Writes the fixture under `htdocs`: `critical` ([`CRITICAL_LEN`] bytes) and `bg/1`,
+/// `bg/2` ([`BG_LEN`] bytes each), byte `i` being [`pattern_byte`]`(i)`; directories
 /// `0755` and files `0644`, so that servers that drop privileges to another user (nginx's,
 /// h2o's and Apache's workers when started as root) can read them.
 pub fn write_fixture(htdocs: &Path) -> io::Result<()> {
-    let bg = htdocs.join("bg");
-    fs::create_dir_all(&bg)?;
-    for dir in [htdocs, &bg] {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
-    }
-    let pattern = |len: u64| (0..len).map(pattern_byte).collect::<Vec<u8>>();
-    let background = pattern(BACKGROUND_LEN);
-    for (path, bytes) in [
-        (htdocs.join("critical"), &pattern(CRITICAL_LEN)),
-        (bg.join("1"), &background),
-        (bg.join("2"), &background),
-    ] {
-        write_file(&path, bytes, 0o644)?;
+    let files = FIXTURE_BG_PATHS
+        .iter()
+        .map(|path| (*path, BG_LEN))
+        .chain([(CRITICAL_PATH, CRITICAL_LEN)]);
+    for (path, len) in files {
+        let file = htdocs.join(path.trim_start_matches('/'));
+        let dir = file.parent().unwrap_or(htdocs);
+        fs::create_dir_all(dir)?;
+        for dir in [htdocs, dir] {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o755))?;
+        }
+        let bytes: Vec<u8> = (0..len).map(pattern_byte).collect();
+        write_file(&file, &bytes, 0o644)?;
     }
     Ok(())
 }
@@ -611,7 +537,7 @@ impl PeerServer {
         if matches!(self.kind, PeerKind::Nghttpd | PeerKind::H2o) {
             write_file(
                 &self.layout.dir.join("openssl.cnf"),
-                NGHTTPD_OPENSSL_CONF.as_bytes(),
+                OPENSSL_CONF.as_bytes(),
                 0o644,
             )?;
         }
@@ -752,17 +678,12 @@ impl<E: Into<BoxError>> From<E> for StartError {
 
 /// Sends SIGTERM to `pid` (nginx: fast shutdown; Apache: stop, children included; h2o and
 /// nghttpd: exit).
+/// `pid` is our own child, not yet reaped, so not recycled: the signal reaches it.
 fn terminate(pid: u32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    const SIGTERM: i32 = 15;
-    if let Ok(pid) = i32::try_from(pid) {
-        // SAFETY: kill(2) takes two integers and touches no memory of ours; `pid` is our own
-        // child, not yet reaped (so not recycled).
-        unsafe {
-            kill(pid, SIGTERM);
-        }
+    use rustix::process::{kill_process, Pid, Signal};
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        // An error means it is gone already; `stop` then reaps it.
+        let _ = kill_process(pid, Signal::TERM);
     }
 }
 
@@ -919,6 +840,13 @@ mod tests {
             assert!(apache.contains(line), "{line} in\n{apache}");
         }
         assert!(PeerKind::Nghttpd.config(&l).is_none());
+        // Every placeholder of every template is filled in.
+        for kind in PeerKind::ALL {
+            if let Some((name, text)) = kind.config(&l) {
+                let left: Vec<&str> = text.split('@').skip(1).step_by(2).collect();
+                assert!(left.is_empty(), "{name}: {left:?} not filled in:\n{text}");
+            }
+        }
         let args = PeerKind::Nghttpd.args(&l, None);
         let args: Vec<&str> = args.iter().map(|a| a.to_str().unwrap()).collect();
         assert_eq!(
@@ -953,12 +881,15 @@ mod tests {
             .mode();
         fs::remove_dir_all(&dir).unwrap();
         assert_eq!(critical.len() as u64, CRITICAL_LEN);
-        assert_eq!(bg2.len() as u64, BACKGROUND_LEN);
+        assert_eq!(bg2.len() as u64, BG_LEN);
         assert!(critical
             .iter()
             .enumerate()
-            .all(|(i, &b)| b == (i % 251) as u8));
-        assert!(bg2.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+            .all(|(i, &b)| b == pattern_byte(i as u64)));
+        assert!(bg2
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == pattern_byte(i as u64)));
         assert_eq!(mode & 0o777, 0o644);
     }
 

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+use crate::client::{ClientOptions, TapClient};
 use crate::BoxError;
 
 /// How the server under test writes: stock hyper + tokio-rustls, or through the wrapper.
@@ -24,11 +25,65 @@ use crate::BoxError;
 pub struct ServerSetup {
     /// `None` is stock (no wrapper).
     pub policy: Option<Policy>,
-    /// rustls `max_fragment_size` (e.g. 4096 for the seeds' static-fragment cases).
+    /// rustls `max_fragment_size` (e.g. 4096 for static 4 KiB records).
     pub record_size: Option<usize>,
     /// A full wrapper configuration, used instead of `policy`'s preset when set.
     pub config: Option<FlushConfig>,
 }
+
+impl ServerSetup {
+    /// Wrapped by `tls-flush` with `policy`'s preset, default records.
+    pub fn with_policy(policy: Policy) -> ServerSetup {
+        ServerSetup {
+            policy: Some(policy),
+            ..ServerSetup::default()
+        }
+    }
+
+    /// Stock (no wrapper) and every policy, each with its name (`stock`, then
+    /// [`Policy::name`]).
+    pub fn all() -> Vec<(&'static str, ServerSetup)> {
+        let mut all = vec![("stock", ServerSetup::default())];
+        all.extend(
+            Policy::ALL
+                .into_iter()
+                .map(|p| (p.name(), ServerSetup::with_policy(p))),
+        );
+        all
+    }
+}
+
+/// A service [`TestServer`] can serve (what hyper needs): a tower service of HTTP
+/// requests that never fails, cloned for each connection, with a `Send` future and
+/// responses of body `B`. Any axum `Router` is one.
+pub trait TestService<B>:
+    tower::Service<
+        Request<Incoming>,
+        Response = Response<B>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> TestService<B> for S where
+    S: tower::Service<
+            Request<Incoming>,
+            Response = Response<B>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
+/// A response body [`TestServer`] can send.
+pub trait TestBody: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
+
+impl<B> TestBody for B where B: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
 
 /// A server running on a background task; stopped when dropped.
 #[derive(Debug)]
@@ -57,14 +112,8 @@ impl TestServer {
     /// Starts `service` on 127.0.0.1 with `setup`.
     pub async fn start<S, B>(setup: ServerSetup, service: S) -> Result<TestServer, BoxError>
     where
-        S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
-        B: http_body::Body + Send + 'static,
-        B::Data: Send,
-        B::Error: Into<BoxError>,
+        S: TestService<B>,
+        B: TestBody,
     {
         TestServer::start_on(setup, service, SocketAddr::from(([127, 0, 0, 1], 0))).await
     }
@@ -76,14 +125,8 @@ impl TestServer {
         addr: SocketAddr,
     ) -> Result<TestServer, BoxError>
     where
-        S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-            + Clone
-            + Send
-            + 'static,
-        S::Future: Send + 'static,
-        B: http_body::Body + Send + 'static,
-        B::Data: Send,
-        B::Error: Into<BoxError>,
+        S: TestService<B>,
+        B: TestBody,
     {
         let identity = examples::tls::self_signed()?;
         let certificate = identity.chain[0].clone();
@@ -116,6 +159,16 @@ impl TestServer {
             live,
             task,
         })
+    }
+
+    /// Client options that trust this server's certificate (see [`TapClient::connect`]).
+    pub fn client_options(&self) -> ClientOptions {
+        ClientOptions::trusting(self.certificate.clone())
+    }
+
+    /// A tapped client connected to this server, trusting its certificate.
+    pub async fn client(&self) -> Result<TapClient, BoxError> {
+        TapClient::connect(self.addr, self.client_options()).await
     }
 
     /// Counters of every wrapped connection so far (empty for stock).
@@ -161,14 +214,8 @@ async fn accept_loop<S, B>(
     stats: Arc<Mutex<Vec<ConnectionStats>>>,
     live: Arc<AtomicUsize>,
 ) where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
+    S: TestService<B>,
+    B: TestBody,
 {
     while let Ok((tcp, _)) = listener.accept().await {
         let (acceptor, config, service, stats) = (

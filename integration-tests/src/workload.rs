@@ -1,8 +1,12 @@
-//! The seed workloads (seed 000): two 1 MiB background responses and a 4 KiB critical one
-//! on one fresh HTTP/2 connection, sent together ([`Workload::Simultaneous`]) or with the
-//! critical request sent late ([`Workload::Late`]), with equal or explicit urgencies; run
-//! against a server under test ([`Case`]) behind the link emulator, and measured by the
-//! client's taps.
+//! The experiment's workloads: two 1 MiB background downloads and a 4 KiB critical response
+//! on one fresh HTTP/2 connection, the three requests sent together
+//! ([`Workload::Simultaneous`]) or the critical one sent once the downloads are under way
+//! ([`Workload::Late`]), with equal or explicit RFC 9218 urgencies; run against a server
+//! under test ([`Case`]) behind an emulated link, and measured by the client's taps.
+//!
+//! The fixture (paths, lengths, the byte pattern) is the demo app's, from
+//! [`examples::responses`] and [`examples::body`]; the peer servers serve the same bytes
+//! as static files.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -24,13 +28,12 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tls_flush::Policy;
 
-use crate::client::{pattern_sha256, ClientOptions, PendingResponse, Response, TapClient, Trust};
+use crate::client::{ClientOptions, PendingResponse, Response, TapClient, Trust};
 use crate::link::{LinkConfig, RelayLink};
 use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, TestServer};
@@ -38,16 +41,23 @@ use crate::tap::{FrameEvent, TapLog};
 use crate::tun::{self, Side, TunConfig, TunLink, SERVER_ADDR};
 use crate::BoxError;
 
-/// Length of each background body (`/bg/1`, `/bg/2`).
+/// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's
+/// [`examples::responses::BG_LEN`].
 pub const BACKGROUND_LEN: u64 = examples::responses::BG_LEN;
-/// Length of the critical body (`/critical`).
+/// Length of the critical body ([`CRITICAL_PATH`]), the demo app's
+/// [`examples::responses::CRITICAL_LEN`].
 pub const CRITICAL_LEN: u64 = examples::responses::CRITICAL_LEN;
+/// The two background downloads (`/bg/1`, `/bg/2`).
+pub const BACKGROUND_PATHS: [&str; 2] = examples::responses::FIXTURE_BG_PATHS;
+/// The critical resource (`/critical`).
+pub const CRITICAL_PATH: &str = examples::responses::CRITICAL_PATH;
 /// Background DATA payload that must have arrived before the late critical request is sent.
 pub const LATE_THRESHOLD: usize = 32 * 1024;
 /// A run fails when it takes longer than this plus four times the fixture's transfer time at
 /// the link's rate (a stuck connection, not a slow one).
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
-/// The rustls `max_fragment_size` of the `stock-4k` case (the seeds' static 4 KiB records).
+/// The rustls `max_fragment_size` of the `stock-4k` case: static 4 KiB records, the usual
+/// fixed-size remedy for a critical response buried in large records.
 pub const STOCK_4K_FRAGMENT: usize = 4096;
 
 const DATA: u8 = 0x0;
@@ -64,7 +74,7 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// Both workloads, in the seed's order.
+    /// Both workloads, in table order.
     pub const ALL: [Workload; 2] = [Workload::Simultaneous, Workload::Late];
 
     /// The name on command lines and in tables.
@@ -87,7 +97,7 @@ pub enum Urgencies {
 }
 
 impl Urgencies {
-    /// Both, in the seed's order.
+    /// Both, in table order.
     pub const ALL: [Urgencies; 2] = [Urgencies::Equal, Urgencies::Explicit];
 
     /// The name on command lines and in tables.
@@ -129,7 +139,7 @@ impl Urgencies {
 pub enum Case {
     /// Stock hyper + tokio-rustls.
     Stock,
-    /// Stock, with rustls `max_fragment_size` 4096 (the seeds' static 4 KiB records).
+    /// Stock, with rustls `max_fragment_size` 4096 (static 4 KiB records).
     Stock4k,
     /// `tls-flush` with [`Policy::EarlyFlush`].
     EarlyFlush,
@@ -149,7 +159,8 @@ pub enum Case {
 }
 
 impl Case {
-    /// The in-process cases, in the order of the issue.
+    /// The in-process cases, in table order: stock first (the baseline of the paired
+    /// differences), then stock with 4 KiB records, then the `tls-flush` policies.
     pub const BUILTIN: [Case; 5] = [
         Case::Stock,
         Case::Stock4k,
@@ -158,8 +169,7 @@ impl Case {
         Case::Scheduled,
     ];
 
-    /// The peer servers, in the order of the issue (`nginx`, `nginx-4k`, `nghttpd`, `h2o`,
-    /// `apache`).
+    /// The peer servers, in table order (`nginx`, `nginx-4k`, `nghttpd`, `h2o`, `apache`).
     pub const PEERS: [Case; 5] = [
         Case::Peer(PeerKind::Nginx),
         Case::Peer(PeerKind::Nginx4k),
@@ -302,18 +312,28 @@ impl FromStr for Case {
     }
 }
 
+/// The one of `all` named `s` (by `name`), or an [`UnknownName`] listing them.
+fn by_name<T: Copy>(
+    what: &'static str,
+    s: &str,
+    all: &[T],
+    name: fn(T) -> &'static str,
+) -> Result<T, UnknownName> {
+    all.iter()
+        .copied()
+        .find(|&t| name(t) == s.trim())
+        .ok_or_else(|| UnknownName {
+            what,
+            name: s.to_string(),
+            known: all.iter().map(|&t| name(t).to_string()).collect(),
+        })
+}
+
 impl FromStr for Workload {
     type Err = UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Workload::ALL
-            .into_iter()
-            .find(|w| w.name() == s.trim())
-            .ok_or_else(|| UnknownName {
-                what: "workload",
-                name: s.to_string(),
-                known: Workload::ALL.iter().map(|w| w.name().to_string()).collect(),
-            })
+        by_name("workload", s, &Workload::ALL, Workload::name)
     }
 }
 
@@ -321,17 +341,7 @@ impl FromStr for Urgencies {
     type Err = UnknownName;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Urgencies::ALL
-            .into_iter()
-            .find(|u| u.name() == s.trim())
-            .ok_or_else(|| UnknownName {
-                what: "urgencies",
-                name: s.to_string(),
-                known: Urgencies::ALL
-                    .iter()
-                    .map(|u| u.name().to_string())
-                    .collect(),
-            })
+        by_name("urgencies", s, &Urgencies::ALL, Urgencies::name)
     }
 }
 
@@ -350,7 +360,8 @@ pub struct RunResult {
     /// its DATA (the first byte of its first non-empty DATA frame delivered above TLS).
     pub critical_first_byte_ms: f64,
     /// From the moment the critical request left the client to the last byte of its first
-    /// complete non-empty DATA frame (the application-facing figure of seed 000).
+    /// complete non-empty DATA frame (the figure the experiment is about: when the
+    /// application can use the critical response).
     pub critical_complete_ms: f64,
     /// Background DATA payload bytes received on the connection before the critical
     /// response's first complete DATA frame (including, in `late`, those that arrived before
@@ -442,13 +453,23 @@ pub async fn run_on(
     if let Some(config) = link {
         tokio::time::sleep(config.rtt).await;
     }
-    Ok(RunResult {
+    Ok(labelled(measured, case, workload, urgencies))
+}
+
+/// What `fixture` measured, labelled with the cell it belongs to.
+fn labelled(
+    measured: RunResult,
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+) -> RunResult {
+    RunResult {
         case: case.name().to_string(),
         workload,
         urgencies,
         repeat: 0,
         ..measured
-    })
+    }
 }
 
 /// How long a run may take: [`RUN_TIMEOUT`] plus four times the fixture's transfer time (and
@@ -529,13 +550,7 @@ pub async fn run_tun(
     tun::blocking(move || drop(link)).await?;
     let measured = measured.map_err(|e| format!("{label}: {e}"))?;
     stopped.map_err(|e| format!("{label}: stopping the server: {e}"))?;
-    Ok(RunResult {
-        case: case.name().to_string(),
-        workload,
-        urgencies,
-        repeat: 0,
-        ..measured
-    })
+    Ok(labelled(measured, case, workload, urgencies))
 }
 
 /// The server of a run through the tun link.
@@ -674,17 +689,12 @@ async fn fixture(
     workload: Workload,
     urgencies: Urgencies,
 ) -> Result<RunResult, BoxError> {
-    let client = TapClient::connect(
-        addr,
-        ClientOptions {
-            trust,
-            ..ClientOptions::default()
-        },
-    )
-    .await
-    .map_err(|e| format!("connecting: {e}"))?;
-    let bg1 = client.start("/bg/1", Some(urgencies.background())).await?;
-    let bg2 = client.start("/bg/2", Some(urgencies.background())).await?;
+    let client = TapClient::connect(addr, ClientOptions::trusting(trust))
+        .await
+        .map_err(|e| format!("connecting: {e}"))?;
+    let [bg1_path, bg2_path] = BACKGROUND_PATHS;
+    let bg1 = client.start(bg1_path, Some(urgencies.background())).await?;
+    let bg2 = client.start(bg2_path, Some(urgencies.background())).await?;
     let background = [bg1.stream_id(), bg2.stream_id()];
     // Read both background bodies from now on, concurrently with everything else.
     let reading = tokio::spawn(async move {
@@ -701,15 +711,15 @@ async fn fixture(
         }
     };
     let critical: PendingResponse = client
-        .start("/critical", Some(urgencies.critical()))
+        .start(CRITICAL_PATH, Some(urgencies.critical()))
         .await?;
     let critical_id = critical.stream_id();
     let sent_at = critical.sent_at();
     let critical = critical.finish().await?;
     let (bg1, bg2) = reading.await.map_err(|e| format!("reading: {e}"))??;
-    check_body("/critical", &critical, CRITICAL_LEN)?;
-    check_body("/bg/1", &bg1, BACKGROUND_LEN)?;
-    check_body("/bg/2", &bg2, BACKGROUND_LEN)?;
+    check_body(CRITICAL_PATH, &critical, CRITICAL_LEN)?;
+    check_body(bg1_path, &bg1, BACKGROUND_LEN)?;
+    check_body(bg2_path, &bg2, BACKGROUND_LEN)?;
     let log = client.log();
     let handshake_records = client.handshake_records;
     let connected_at = client.connected_at;
@@ -727,29 +737,9 @@ async fn fixture(
 
 /// Fails unless `response` is a 200 with exactly `len` pattern bytes.
 fn check_body(path: &str, response: &Response, len: u64) -> Result<(), BoxError> {
-    if !response.status.is_success() {
-        return Err(format!("{path}: status {}", response.status).into());
-    }
-    if response.len != len {
-        return Err(format!("{path}: {} body bytes, expected {len}", response.len).into());
-    }
-    if !response.pattern_ok {
-        return Err(format!("{path}: body bytes differ from the pattern").into());
-    }
-    if response.sha256 != expected_sha256(len) {
-        return Err(format!("{path}: body SHA-256 differs from the pattern's").into());
-    }
-    Ok(())
-}
-
-fn expected_sha256(len: u64) -> [u8; 32] {
-    static BACKGROUND: OnceLock<[u8; 32]> = OnceLock::new();
-    static CRITICAL: OnceLock<[u8; 32]> = OnceLock::new();
-    match len {
-        BACKGROUND_LEN => *BACKGROUND.get_or_init(|| pattern_sha256(BACKGROUND_LEN)),
-        CRITICAL_LEN => *CRITICAL.get_or_init(|| pattern_sha256(CRITICAL_LEN)),
-        other => pattern_sha256(other),
-    }
+    response
+        .check_pattern(len)
+        .map_err(|e| format!("{path}: {e}").into())
 }
 
 fn ms(from: Instant, to: Instant) -> f64 {

@@ -1,9 +1,13 @@
 //! Self-tests of the rootless link emulator ([`integration_tests::link`]): delay, rate,
 //! byte-exactness with half-close, backpressure and teardown, against plain tokio TCP servers.
+//! They measure time: one at a time.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+mod support;
+
+use integration_tests::client::pattern_byte;
 use integration_tests::link::{LinkConfig, RelayLink};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -11,9 +15,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{sleep, timeout, Instant};
 
-/// The tests measure time: run them one at a time, so that they do not load each other's
-/// two cores (cargo runs a file's tests in parallel).
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use support::{median, serial_async};
 
 fn localhost() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
@@ -41,15 +43,22 @@ async fn connect(addr: SocketAddr) -> TcpStream {
     stream
 }
 
+/// A server that accepts one connection and hands it over without reading from it: its
+/// address, and the connection once accepted.
+fn sink(listener: TcpListener) -> (SocketAddr, oneshot::Receiver<TcpStream>) {
+    let addr = listener.local_addr().unwrap();
+    let (sink_tx, sink_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let _ = sink_tx.send(stream);
+    });
+    (addr, sink_rx)
+}
+
 fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
     let mut data = vec![0u8; len];
     StdRng::seed_from_u64(seed).fill_bytes(&mut data);
     data
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    values[values.len() / 2]
 }
 
 /// What a receiver saw: the bytes, and when the first and the last read returned.
@@ -146,7 +155,7 @@ fn config_defaults_and_description() {
 
 #[tokio::test]
 async fn rejects_a_bad_rate() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     for rate_mbit in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         let config = LinkConfig {
             rate_mbit,
@@ -160,7 +169,7 @@ async fn rejects_a_bad_rate() {
 /// (1) A ping-pong of small messages measures the configured RTT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ping_pong_measures_the_configured_rtt() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     let config = LinkConfig {
         rtt: Duration::from_millis(40),
         rate_mbit: 1000.0,
@@ -204,7 +213,7 @@ async fn ping_pong_measures_the_configured_rtt() {
 /// the first byte arrives one one-way delay (plus one segment's serialization) after it left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_transfer_measures_the_configured_rate_each_way() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     const LEN: usize = 2_000_000;
     let config = LinkConfig::default();
     let up = random_bytes(1, LEN);
@@ -294,7 +303,7 @@ async fn bulk_transfer_measures_the_configured_rate_each_way() {
 /// crosses after the data while the other direction keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bytes_are_exact_and_half_close_propagates() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     const TRAILER: &[u8] = b"client EOF seen";
     let configs = [
         LinkConfig {
@@ -378,7 +387,7 @@ async fn bytes_are_exact_and_half_close_propagates() {
 /// its queue and pipe, not everything the sender tries to write; then everything arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backpressure_reaches_the_sender() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     const TRY: usize = 32 * 1024 * 1024;
     const BUF: u32 = 16 * 1024;
     let config = LinkConfig::default();
@@ -387,19 +396,13 @@ async fn backpressure_reaches_the_sender() {
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(BUF).unwrap();
     socket.bind(localhost()).unwrap();
-    let listener = socket.listen(16).unwrap();
-    let upstream = listener.local_addr().unwrap();
-    let (sink_tx, sink_rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        let _ = sink_tx.send(stream);
-    });
+    let (upstream, sink_rx) = sink(socket.listen(16).unwrap());
 
     let link = RelayLink::start(upstream, config).await.unwrap();
     let socket = TcpSocket::new_v4().unwrap();
     socket.set_send_buffer_size(BUF).unwrap();
     let mut stream = socket.connect(link.addr()).await.unwrap();
-    let pattern: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+    let pattern: Vec<u8> = (0..64 * 1024).map(pattern_byte).collect();
     let mut written = 0usize;
     loop {
         let offset = written % 251;
@@ -443,7 +446,7 @@ async fn backpressure_reaches_the_sender() {
             .data
             .iter()
             .enumerate()
-            .all(|(i, &b)| b == (i % 251) as u8),
+            .all(|(i, &b)| b == pattern_byte(i as u64)),
         "drained bytes differ"
     );
 }
@@ -452,16 +455,10 @@ async fn backpressure_reaches_the_sender() {
 /// more, but the relay still bounds what it takes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backpressure_with_default_sender_buffers() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     const TRY: usize = 64 * 1024 * 1024;
     let config = LinkConfig::default();
-    let listener = TcpListener::bind(localhost()).await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    let (sink_tx, sink_rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        let _ = sink_tx.send(stream);
-    });
+    let (upstream, sink_rx) = sink(TcpListener::bind(localhost()).await.unwrap());
     let link = RelayLink::start(upstream, config).await.unwrap();
     let mut stream = connect(link.addr()).await;
     let chunk = vec![7u8; 64 * 1024];
@@ -480,7 +477,7 @@ async fn backpressure_with_default_sender_buffers() {
 /// Dropping the link closes its relayed connections and its listener.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_link_tears_down_relays() {
-    let _serial = ONE_AT_A_TIME.lock().await;
+    let _serial = serial_async().await;
     let config = LinkConfig {
         rtt: Duration::from_millis(2),
         ..LinkConfig::default()

@@ -1,51 +1,30 @@
 //! Self-tests of the kernel-faithful link ([`integration_tests::tun`], root only): the RTT
 //! and the rate it delivers to kernel TCP between its two namespaces, tail drop, the
 //! congestion control, cleanup (after a normal run, a panic and a crashed process), and one
-//! seed workload run through it.
+//! run of the experiment's `late` workload through it.
 //!
 //! They need root (network namespaces, /dev/net/tun). Not as root they print a skip line,
-//! except under `CI=true` (CI runs as root), where they fail.
+//! except under CI (`CI` is `true` or `1`; CI runs as root), where they fail. They measure
+//! time: one at a time.
+
+mod support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use integration_tests::client::pattern_byte;
 use integration_tests::tun::{
-    self, CongestionControl, Side, TunConfig, TunLink, CLIENT_PREFIX, NEEDS_ROOT, SERVER_ADDR,
-    SERVER_PREFIX,
+    self, CongestionControl, Side, TunConfig, TunLink, CLIENT_PREFIX, SERVER_ADDR, SERVER_PREFIX,
 };
 use integration_tests::workload::{
     run_tun, Case, Urgencies, Workload, BACKGROUND_LEN, CRITICAL_LEN, LATE_THRESHOLD,
 };
+use support::{have_root, median, run_alone, serial};
 
-/// The tests measure time: one at a time, so that they do not load each other's two cores
-/// (cargo runs a file's tests in parallel).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Whether the test can run: true as root; otherwise a skip line, or a failure under CI.
-fn have_root(test: &str) -> bool {
-    if tun::is_root() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: {NEEDS_ROOT}, and CI=true: CI must run these tests as root");
-    }
-    // Past the test harness's output capture, so that the skip shows.
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipping {test}: {NEEDS_ROOT}; run as root to test it"
-    );
-    false
-}
-
-/// 20 ms RTT, 20 Mbit/s, 1000 packets, MTU 1500 (the seed's link) with `cc`.
-fn seed_link(cc: CongestionControl) -> TunConfig {
+/// 20 ms RTT, 20 Mbit/s, 1000 packets, MTU 1500 (the lab's link) with `cc`.
+fn lab_link(cc: CongestionControl) -> TunConfig {
     TunConfig {
         cc,
         ..TunConfig::default()
@@ -64,11 +43,6 @@ fn connect(link: &TunLink, addr: SocketAddr) -> TcpStream {
     link.run_in(Side::Client, move || TcpStream::connect(addr))
         .unwrap()
         .unwrap()
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 fn namespaces() -> Vec<String> {
@@ -92,7 +66,7 @@ fn rtt_is_delivered() {
     let _serial = serial();
     let config = TunConfig {
         rtt: Duration::from_millis(40),
-        ..seed_link(CongestionControl::Cubic)
+        ..lab_link(CongestionControl::Cubic)
     };
     let link = TunLink::start(config).unwrap();
     let listener = listen(&link);
@@ -148,7 +122,7 @@ fn bulk_goodput(link: &TunLink, total: usize) -> f64 {
     let addr = link.server_addr(listener.local_addr().unwrap().port());
     let sender = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().unwrap();
-        let chunk: Vec<u8> = (0..64 * 1024).map(|i| (i % 251) as u8).collect();
+        let chunk: Vec<u8> = (0..64 * 1024).map(pattern_byte).collect();
         let mut sent = 0;
         while sent < total {
             let n = chunk.len().min(total - sent);
@@ -169,7 +143,7 @@ fn bulk_goodput(link: &TunLink, total: usize) -> f64 {
         // Byte-exact: the pattern continues across reads.
         for (i, &b) in buf[..n].iter().enumerate() {
             let at = offset + i as u64;
-            assert_eq!(b, ((at % (64 * 1024)) % 251) as u8, "byte {at}");
+            assert_eq!(b, pattern_byte(at % (64 * 1024)), "byte {at}");
         }
         offset += n as u64;
         received += n;
@@ -186,7 +160,7 @@ fn bulk_goodput(link: &TunLink, total: usize) -> f64 {
 
 fn rate_is_delivered(cc: CongestionControl) {
     let _serial = serial();
-    let config = seed_link(cc);
+    let config = lab_link(cc);
     let link = TunLink::start(config).unwrap();
     assert_eq!(
         sysctl_in(
@@ -250,7 +224,7 @@ fn a_full_queue_drops_at_the_tail() {
     let _serial = serial();
     let config = TunConfig {
         queue_packets: 8,
-        ..seed_link(CongestionControl::Cubic)
+        ..lab_link(CongestionControl::Cubic)
     };
     let link = TunLink::start(config).unwrap();
     // TCP recovers every loss: the transfer still arrives byte-exact.
@@ -333,32 +307,33 @@ fn late_scheduled_run_through_the_tun_link_is_byte_exact() {
     if !have_root("late_scheduled_run_through_the_tun_link_is_byte_exact") {
         return;
     }
-    let _serial = serial();
-    let before = namespaces();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let config = seed_link(CongestionControl::Cubic);
-    let r = runtime
-        .block_on(run_tun(
+    // Alone (other tests' links would show among the namespaces), on a fresh runtime.
+    run_alone(async {
+        let before = namespaces();
+        let config = lab_link(CongestionControl::Cubic);
+        let r = run_tun(
             &Case::Scheduled,
             Workload::Late,
             Urgencies::Explicit,
             &config,
-        ))
+        )
+        .await
         .unwrap();
-    eprintln!("scheduled/late/explicit through the tun link: {r:?}");
-    assert_eq!(r.case, "scheduled");
-    assert!(r.background_bytes_at_critical_request >= LATE_THRESHOLD as u64);
-    assert!(r.wire_bytes > 2 * BACKGROUND_LEN + CRITICAL_LEN);
-    // The critical response takes at least one RTT after its request left.
-    assert!(
-        r.critical_complete_ms >= config.rtt.as_secs_f64() * 1e3,
-        "{r:?}"
-    );
-    // Everything the run created is gone.
-    let after: Vec<String> = namespaces()
-        .into_iter()
-        .filter(|n| !before.contains(n))
-        .filter(|n| n.starts_with(CLIENT_PREFIX) || n.starts_with(SERVER_PREFIX))
-        .collect();
-    assert!(after.is_empty(), "left behind: {after:?}");
+        eprintln!("scheduled/late/explicit through the tun link: {r:?}");
+        assert_eq!(r.case, "scheduled");
+        assert!(r.background_bytes_at_critical_request >= LATE_THRESHOLD as u64);
+        assert!(r.wire_bytes > 2 * BACKGROUND_LEN + CRITICAL_LEN);
+        // The critical response takes at least one RTT after its request left.
+        assert!(
+            r.critical_complete_ms >= config.rtt.as_secs_f64() * 1e3,
+            "{r:?}"
+        );
+        // Everything the run created is gone.
+        let after: Vec<String> = namespaces()
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .filter(|n| n.starts_with(CLIENT_PREFIX) || n.starts_with(SERVER_PREFIX))
+            .collect();
+        assert!(after.is_empty(), "left behind: {after:?}");
+    });
 }

@@ -12,7 +12,7 @@ use axum::routing::get;
 use axum::Router;
 use integration_tests::link::{LinkConfig, RelayLink};
 use integration_tests::server::ServerSetup;
-use integration_tests::{ClientOptions, TapClient, TestServer, Trust};
+use integration_tests::{TapClient, TestServer};
 use tls_flush::Policy;
 use tower_priority::PriorityLayer;
 
@@ -52,15 +52,10 @@ async fn video_bytes_before_css(policy: Option<Policy>) -> usize {
     )
     .await
     .expect("link");
-    let client = TapClient::connect(
-        link.addr(),
-        ClientOptions {
-            trust: Trust::Certificate(server.certificate.clone()),
-            ..ClientOptions::default()
-        },
-    )
-    .await
-    .expect("connect");
+    // Through the link, trusting the server's certificate.
+    let client = TapClient::connect(link.addr(), server.client_options())
+        .await
+        .expect("connect");
     let video = client.start("/video", None).await.expect("video");
     let video_id = video.stream_id();
     let video_done = tokio::spawn(video.finish());

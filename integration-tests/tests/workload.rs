@@ -1,62 +1,15 @@
-//! The seed workloads end to end: every case, both workloads and both urgency sets through
-//! the relay link (a fast one, to keep the suite quick), with byte-exact bodies. Assertions
-//! are on byte and record counts, never on times.
+//! The experiment's workloads end to end (two 1 MiB background downloads and a 4 KiB
+//! critical response on one HTTP/2 connection): every case, both workloads and both urgency
+//! sets through the relay link (a fast one, to keep the suite quick), with byte-exact
+//! bodies. Assertions are on byte and record counts, never on times.
 
-use std::time::Duration;
+mod support;
 
-use integration_tests::link::LinkConfig;
 use integration_tests::server::ServerSetup;
-use integration_tests::workload::{
-    run_on, run_once, Case, RunResult, Urgencies, Workload, BACKGROUND_LEN, CRITICAL_LEN,
-    LATE_THRESHOLD,
-};
+use integration_tests::workload::{run_on, run_once, Case, Urgencies, Workload};
 use integration_tests::TestServer;
+use support::{check_counts, median, FAST};
 use tls_flush::Policy;
-
-/// 5 ms RTT, 200 Mbit/s, one BDP of queue: the seed's shape, ten times faster.
-const FAST: LinkConfig = LinkConfig {
-    rtt: Duration::from_millis(5),
-    rate_mbit: 200.0,
-    queue_bytes: None,
-};
-
-/// Checks what holds in every run, whatever the timing.
-fn check_counts(r: &RunResult, case: &Case, workload: Workload, urgencies: Urgencies) {
-    let label = format!("{case}/{workload}/{urgencies}: {r:?}");
-    assert_eq!(
-        (r.case.as_str(), r.workload, r.urgencies),
-        (case.name(), workload, urgencies),
-        "{label}"
-    );
-    match workload {
-        Workload::Simultaneous => assert_eq!(r.background_bytes_at_critical_request, 0, "{label}"),
-        Workload::Late => assert!(
-            r.background_bytes_at_critical_request >= LATE_THRESHOLD as u64,
-            "{label}"
-        ),
-    }
-    assert!(
-        r.background_bytes_at_critical_request <= r.background_bytes_before_critical,
-        "{label}"
-    );
-    assert!(
-        r.background_bytes_before_critical <= 2 * BACKGROUND_LEN,
-        "{label}"
-    );
-    // Every body byte crossed the wire, inside records of at most 16 KiB (4 KiB for
-    // stock-4k) plus their TLS overhead.
-    let payload = 2 * BACKGROUND_LEN + CRITICAL_LEN;
-    assert!(r.wire_bytes > payload, "{label}");
-    let max_record = if *case == Case::Stock4k { 4096 } else { 16384 };
-    assert!(
-        r.tls_records as u64 >= payload / max_record,
-        "{label}: too few records"
-    );
-    assert!(
-        r.critical_first_byte_ms <= r.critical_complete_ms,
-        "{label}"
-    );
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_case_runs_both_workloads_with_byte_exact_bodies_through_the_link() {
@@ -82,13 +35,9 @@ async fn runs_without_a_link_and_against_an_external_address() {
         check_counts(&r, &case, Workload::Late, Urgencies::Explicit);
     }
     // A server started elsewhere, measured behind the same link.
-    let server = TestServer::demo(ServerSetup {
-        policy: Some(Policy::Scheduled),
-        record_size: None,
-        config: None,
-    })
-    .await
-    .expect("server");
+    let server = TestServer::demo(ServerSetup::with_policy(Policy::Scheduled))
+        .await
+        .expect("server");
     let external: Case = format!("elsewhere@{}", server.addr).parse().expect("case");
     for workload in Workload::ALL {
         let r = run_once(&external, workload, Urgencies::Explicit, &FAST)
@@ -96,11 +45,6 @@ async fn runs_without_a_link_and_against_an_external_address() {
             .unwrap_or_else(|e| panic!("{e}"));
         check_counts(&r, &external, workload, Urgencies::Explicit);
     }
-}
-
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v[v.len() / 2]
 }
 
 /// Medians over a few `late` runs with explicit urgencies: background bytes before the
@@ -116,7 +60,11 @@ async fn late_background_before_critical(case: &Case) -> (u64, u64, Vec<u64>) {
         after_request
             .push(r.background_bytes_before_critical - r.background_bytes_at_critical_request);
     }
-    (median(before.clone()), median(after_request), before)
+    (
+        median(&mut before.clone()),
+        median(&mut after_request),
+        before,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

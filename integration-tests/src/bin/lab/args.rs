@@ -1,0 +1,498 @@
+//! The lab's command line (clap) and what it asks for: the configuration, every cell of the
+//! table and the order of the runs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use integration_tests::link::LinkConfig;
+use integration_tests::peers::NotInstalled;
+use integration_tests::tun::{CongestionControl, TunConfig};
+use integration_tests::workload::{Case, Urgencies, Workload};
+use integration_tests::BoxError;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::Serialize;
+
+/// Which link the runs go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LinkMode {
+    /// The embedded loopback relay (`integration_tests::link::RelayLink`).
+    Relay,
+    /// The kernel-faithful link between two network namespaces
+    /// (`integration_tests::tun::TunLink`, root only).
+    Tun,
+}
+
+impl LinkMode {
+    /// Both, in the order `--help` lists them.
+    const ALL: [LinkMode; 2] = [LinkMode::Relay, LinkMode::Tun];
+
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkMode::Relay => "relay",
+            LinkMode::Tun => "tun",
+        }
+    }
+}
+
+fn parse_link(s: &str) -> Result<LinkMode, String> {
+    LinkMode::ALL
+        .into_iter()
+        .find(|mode| mode.name() == s)
+        .ok_or_else(|| {
+            format!(
+                "unknown link `{s}` (known: relay, the embedded loopback relay; tun, the \
+                 kernel-faithful link between two network namespaces, root only)"
+            )
+        })
+}
+
+/// Command-line flags of the `lab` binary.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "lab",
+    about = "Runs the experiment: two 1 MiB background downloads and a 4 KiB critical \
+             response on one HTTP/2 connection (the critical request sent with the others, \
+             `simultaneous`, or once 32 KiB of background data arrived, `late`; all at \
+             urgency 3, `equal`, or critical u=0 and background u=5, i, `explicit`), against \
+             each server case behind an emulated link, and prints medians and paired \
+             differences against stock",
+    after_help = "The table goes to stdout, the progress bar to stderr. Times are from the moment \
+                  the critical request left the client (fixture completion: from connection \
+                  start).\n\n\
+                  Peers: the real servers nginx, nginx-4k (ssl_buffer_size 4k), nghttpd \
+                  (--no-rfc7540-pri: RFC 9218 scheduling), h2o and apache (event MPM, \
+                  mod_http2) run only when named in --cases, e.g. \
+                  --cases stock,scheduled,nginx,nginx-4k,nghttpd,h2o,apache; \
+                  scripts/install-peers.sh installs them (Debian packages). Each run starts a \
+                  fresh one from a configuration written to a temporary directory. A peer \
+                  that is not installed is skipped with one line on stderr; the default \
+                  cases are ours only, so the default run needs no peer."
+)]
+pub struct LabArgs {
+    /// Runs of every (case, workload, urgencies) cell.
+    #[arg(long, default_value_t = 10)]
+    pub repeats: usize,
+    /// Cases, comma-separated: stock, stock-4k, early-flush, dynamic, scheduled; the peers
+    /// nginx, nginx-4k, nghttpd, h2o, apache (skipped when not installed; see below); or
+    /// NAME@HOST:PORT for an external server serving the same fixture. The default is ours
+    /// only.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "stock,stock-4k,early-flush,dynamic,scheduled"
+    )]
+    pub cases: Vec<Case>,
+    /// Workloads, comma-separated: simultaneous, late.
+    #[arg(long, value_delimiter = ',', default_value = "simultaneous,late")]
+    pub workloads: Vec<Workload>,
+    /// Urgencies, comma-separated: equal (all u=3), explicit (critical u=0, background u=5, i).
+    #[arg(long, value_delimiter = ',', default_value = "equal,explicit")]
+    pub urgencies: Vec<Urgencies>,
+    /// The link: `relay` (the embedded loopback relay, rootless) or `tun` (root only: the
+    /// server and the client in two network namespaces joined by a TUN-based packet
+    /// emulator, kernel TCP end to end).
+    #[arg(long, default_value = "relay", value_parser = parse_link)]
+    pub link: LinkMode,
+    /// TCP congestion control of both namespaces of `--link tun`: cubic or bbr [default:
+    /// cubic].
+    #[arg(long)]
+    pub cc: Option<CongestionControl>,
+    /// Round-trip time of the link in milliseconds [default: the link's, 20].
+    #[arg(long)]
+    pub rtt_ms: Option<f64>,
+    /// Rate of the link in Mbit/s, each direction [default: the link's, 20].
+    #[arg(long)]
+    pub rate_mbit: Option<f64>,
+    /// Queue of the relay link in bytes, each direction [default: one bandwidth-delay
+    /// product].
+    #[arg(long)]
+    pub queue_bytes: Option<usize>,
+    /// Queue of the tun link in packets, each direction; tail drop when full [default: 1000,
+    /// like netem's limit].
+    #[arg(long)]
+    pub queue_packets: Option<usize>,
+    /// Seed of the random order within each repeat [default: a random one, printed].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Writes `{"config": ..., "results": [...]}` (plus the summary) to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Draws the median critical completion times as grouped bars to this SVG file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+/// What the lab runs.
+#[derive(Debug, Clone)]
+pub struct LabConfig {
+    /// Runs of every cell.
+    pub repeats: usize,
+    /// Servers under test; [`crate::stats::BASELINE`] among them enables paired differences.
+    pub cases: Vec<Case>,
+    /// Workloads.
+    pub workloads: Vec<Workload>,
+    /// Urgency sets.
+    pub urgencies: Vec<Urgencies>,
+    /// Link mode.
+    pub link_mode: LinkMode,
+    /// Link parameters (of the relay; the tun link takes its RTT and rate).
+    pub link: LinkConfig,
+    /// The tun link's parameters (used with [`LinkMode::Tun`]).
+    pub tun: TunConfig,
+    /// Seed of the order within each repeat.
+    pub seed: u64,
+    /// Peer cases asked for but left out because they are not installed (by
+    /// [`skip_missing_peers`](Self::skip_missing_peers)).
+    pub skipped: Vec<NotInstalled>,
+}
+
+impl LabConfig {
+    /// The configuration the flags ask for (checks them).
+    pub fn from_args(args: &LabArgs) -> Result<LabConfig, BoxError> {
+        if args.repeats == 0 {
+            return Err("--repeats must be at least 1".into());
+        }
+        let mut link = LinkConfig::default();
+        if let Some(rtt) = args.rtt_ms {
+            if !rtt.is_finite() || rtt < 0.0 {
+                return Err(format!("--rtt-ms must be a non-negative number, not {rtt}").into());
+            }
+            link.rtt = Duration::from_secs_f64(rtt / 1e3);
+        }
+        if let Some(rate) = args.rate_mbit {
+            if !rate.is_finite() || rate <= 0.0 {
+                return Err(format!("--rate-mbit must be a positive number, not {rate}").into());
+            }
+            link.rate_mbit = rate;
+        }
+        if let Some(queue) = args.queue_bytes {
+            if queue == 0 {
+                return Err("--queue-bytes must be at least 1".into());
+            }
+            link.queue_bytes = Some(queue);
+        }
+        let mut tun = TunConfig::from_link(&link);
+        match args.link {
+            LinkMode::Relay => {
+                if args.cc.is_some() {
+                    return Err(
+                        "--cc applies to --link tun only: the relay link's TCP runs \
+                                over loopback, where congestion control does not act"
+                            .into(),
+                    );
+                }
+                if args.queue_packets.is_some() {
+                    return Err(
+                        "--queue-packets applies to --link tun only (the relay's queue is \
+                         --queue-bytes)"
+                            .into(),
+                    );
+                }
+            }
+            LinkMode::Tun => {
+                if args.queue_bytes.is_some() {
+                    return Err(
+                        "--queue-bytes applies to --link relay only (the tun link's queue \
+                         counts packets: --queue-packets)"
+                            .into(),
+                    );
+                }
+                if let Some(packets) = args.queue_packets {
+                    if packets == 0 {
+                        return Err("--queue-packets must be at least 1".into());
+                    }
+                    tun.queue_packets = packets;
+                }
+                tun.cc = args.cc.unwrap_or_default();
+            }
+        }
+        let cases = dedup(&args.cases, Case::clone);
+        if let Some(dup) = cases.iter().enumerate().find_map(|(i, c)| {
+            cases[..i]
+                .iter()
+                .any(|d| d.name() == c.name())
+                .then(|| c.name())
+        }) {
+            return Err(format!("two different cases are named `{dup}`").into());
+        }
+        let config = LabConfig {
+            repeats: args.repeats,
+            cases,
+            workloads: dedup(&args.workloads, |w| *w),
+            urgencies: dedup(&args.urgencies, |u| *u),
+            link_mode: args.link,
+            link,
+            tun,
+            seed: args
+                .seed
+                .unwrap_or_else(|| u64::from(rand::random::<u32>())),
+            skipped: Vec::new(),
+        };
+        if config.cells().is_empty() {
+            return Err(
+                "nothing to run: --cases, --workloads and --urgencies may not be empty".into(),
+            );
+        }
+        Ok(config)
+    }
+
+    /// Leaves out the peer cases whose server is not installed here, remembers them in
+    /// [`skipped`](Self::skipped) and returns them (the lab prints one line for each, and
+    /// stops when no case is left).
+    pub fn skip_missing_peers(&mut self) -> &[NotInstalled] {
+        let mut kept = Vec::new();
+        for case in std::mem::take(&mut self.cases) {
+            match case.peer().map(|kind| kind.binary()) {
+                Some(Err(missing)) => self.skipped.push(missing),
+                _ => kept.push(case),
+            }
+        }
+        self.cases = kept;
+        &self.skipped
+    }
+
+    /// Every (case, workload, urgencies) cell, in table order.
+    pub fn cells(&self) -> Vec<(Case, Workload, Urgencies)> {
+        let mut cells = Vec::new();
+        for &workload in &self.workloads {
+            for &urgencies in &self.urgencies {
+                for case in &self.cases {
+                    cells.push((case.clone(), workload, urgencies));
+                }
+            }
+        }
+        cells
+    }
+
+    /// The runs in the order they happen: repeat by repeat, every cell once per repeat, in a
+    /// random order drawn from [`seed`](Self::seed).
+    pub fn schedule(&self) -> Vec<Planned> {
+        let mut rng = StdRng::seed_from_u64(self.seed);
+        let mut plan = Vec::new();
+        for repeat in 0..self.repeats {
+            let mut cells = self.cells();
+            cells.shuffle(&mut rng);
+            plan.extend(
+                cells
+                    .into_iter()
+                    .map(|(case, workload, urgencies)| Planned {
+                        repeat,
+                        case,
+                        workload,
+                        urgencies,
+                    }),
+            );
+        }
+        plan
+    }
+
+    /// The link's one-line description (the first line of the report).
+    pub fn describe_link(&self) -> String {
+        match self.link_mode {
+            LinkMode::Relay => self.link.describe(),
+            LinkMode::Tun => self.tun.describe(),
+        }
+    }
+}
+
+fn dedup<T: Clone, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for item in items {
+        if !out.iter().any(|o| key(o) == key(item)) {
+            out.push(item.clone());
+        }
+    }
+    out
+}
+
+/// One planned run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// Which repeat.
+    pub repeat: usize,
+    /// The server under test.
+    pub case: Case,
+    /// The workload.
+    pub workload: Workload,
+    /// The urgencies.
+    pub urgencies: Urgencies,
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::report::{config_json, render_report};
+    use integration_tests::peers::PeerKind;
+
+    pub(crate) fn args(extra: &[&str]) -> LabArgs {
+        LabArgs::try_parse_from(std::iter::once("lab").chain(extra.iter().copied()))
+            .expect("flags parse")
+    }
+
+    fn report_first_line(config: &LabConfig) -> String {
+        render_report(config, &[])
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    #[test]
+    fn defaults_cover_every_cell() {
+        let config = LabConfig::from_args(&args(&["--seed", "7"])).unwrap();
+        assert_eq!(config.repeats, 10);
+        assert_eq!(config.cells().len(), 20);
+        assert_eq!(config.link.rtt, LinkConfig::default().rtt);
+        let plan = config.schedule();
+        assert_eq!(plan.len(), 200);
+        for repeat in 0..10 {
+            let mut cells: Vec<_> = plan
+                .iter()
+                .filter(|p| p.repeat == repeat)
+                .map(|p| (p.case.clone(), p.workload, p.urgencies))
+                .collect();
+            assert_eq!(cells.len(), 20);
+            cells.sort_by_key(|(c, w, u)| (c.name().to_string(), *w, *u));
+            cells.dedup();
+            assert_eq!(cells.len(), 20, "every cell once per repeat");
+        }
+        assert_eq!(plan, config.schedule(), "the seed fixes the order");
+        let other = LabConfig::from_args(&args(&["--seed", "8"])).unwrap();
+        assert_ne!(plan, other.schedule());
+        let first: Vec<_> = plan[..20].iter().map(|p| p.case.clone()).collect();
+        assert_ne!(
+            first,
+            config.cells().into_iter().map(|c| c.0).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn flags_are_checked() {
+        let a = args(&[
+            "--cases",
+            "scheduled,stock",
+            "--workloads",
+            "late",
+            "--urgencies",
+            "explicit",
+            "--rtt-ms",
+            "5",
+            "--rate-mbit",
+            "200",
+            "--queue-bytes",
+            "65536",
+            "--repeats",
+            "3",
+        ]);
+        let config = LabConfig::from_args(&a).unwrap();
+        assert_eq!(config.cases, vec![Case::Scheduled, Case::Stock]);
+        assert_eq!(config.link.rtt, Duration::from_millis(5));
+        assert_eq!(config.link.rate_mbit, 200.0);
+        assert_eq!(config.link.queue_limit(), 65536);
+        assert_eq!(config.schedule().len(), 6);
+        let err = LabArgs::try_parse_from(["lab", "--link", "netem"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown link `netem`"), "{err}");
+        assert_eq!(config.link_mode, LinkMode::Relay);
+        assert!(report_first_line(&config).starts_with("relay link: 5 ms RTT"));
+        let err = LabArgs::try_parse_from(["lab", "--cases", "stock,fast"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown case `fast`"), "{err}");
+        assert!(LabConfig::from_args(&args(&["--repeats", "0"])).is_err());
+        assert!(LabConfig::from_args(&args(&["--rate-mbit", "0"])).is_err());
+    }
+
+    #[test]
+    fn tun_link_flags() {
+        let config = LabConfig::from_args(&args(&["--link", "tun"])).unwrap();
+        assert_eq!(config.link_mode, LinkMode::Tun);
+        assert_eq!(config.tun, TunConfig::default());
+        assert_eq!(
+            report_first_line(&config),
+            "tun link: 20 ms RTT, 20 Mbit/s each way, queue 1000 packets, MTU 1500, cc cubic; \
+             two network namespaces, kernel TCP end to end"
+        );
+        let config = LabConfig::from_args(&args(&[
+            "--link",
+            "tun",
+            "--cc",
+            "bbr",
+            "--rtt-ms",
+            "40",
+            "--rate-mbit",
+            "10",
+            "--queue-packets",
+            "100",
+        ]))
+        .unwrap();
+        assert_eq!(config.tun.cc, CongestionControl::Bbr);
+        assert_eq!(config.tun.rtt, Duration::from_millis(40));
+        assert_eq!(config.tun.rate_mbit, 10.0);
+        assert_eq!(config.tun.queue_packets, 100);
+        let json = config_json(&config);
+        assert_eq!(json["link"]["mode"], "tun");
+        assert_eq!(json["link"]["cc"], "bbr");
+        assert_eq!(json["link"]["queue_packets"], 100);
+        assert!(report_first_line(&config).contains("queue 100 packets, MTU 1500, cc bbr"));
+        let err = LabArgs::try_parse_from(["lab", "--link", "tun", "--cc", "reno"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("known: cubic, bbr"), "{err}");
+        for bad in [
+            &["--cc", "bbr"][..],
+            &["--queue-packets", "10"],
+            &["--link", "tun", "--queue-bytes", "1000"],
+            &["--link", "tun", "--queue-packets", "0"],
+        ] {
+            assert!(LabConfig::from_args(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn peers_are_cases_and_missing_ones_are_skipped() {
+        let a = args(&[
+            "--cases",
+            "stock,nginx,nginx-4k,nghttpd,h2o,apache",
+            "--seed",
+            "3",
+        ]);
+        let mut config = LabConfig::from_args(&a).unwrap();
+        assert_eq!(config.cases[1..], Case::PEERS);
+        let asked = config.cases.len();
+        let skipped: Vec<PeerKind> = config.skip_missing_peers().iter().map(|m| m.kind).collect();
+        assert_eq!(config.cases.len() + skipped.len(), asked);
+        assert!(skipped.iter().all(|k| !k.is_installed()));
+        assert!(config
+            .cases
+            .iter()
+            .filter_map(Case::peer)
+            .all(PeerKind::is_installed));
+        assert_eq!(config.cases[0], Case::Stock, "ours are never skipped");
+        // What a skipped peer looks like in the report and the JSON.
+        config.skipped = vec![NotInstalled {
+            kind: PeerKind::H2o,
+            detail: "no `h2o` in PATH".into(),
+        }];
+        let report = render_report(&config, &[]);
+        assert!(
+            report.contains("Skipped, not installed (run scripts/install-peers.sh): h2o."),
+            "{report}"
+        );
+        let json = config_json(&config);
+        assert_eq!(json["skipped"][0]["case"], "h2o");
+        assert!(json["skipped"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("h2o not installed: run scripts/install-peers.sh"));
+        // The default run is ours only: it needs no peer.
+        let default = LabConfig::from_args(&args(&[])).unwrap();
+        assert!(default.cases.iter().all(|c| c.peer().is_none()));
+    }
+}

@@ -1,0 +1,148 @@
+//! `lab`: runs the experiment (two 1 MiB background downloads and a 4 KiB critical response
+//! on one HTTP/2 connection, the critical request sent with the others or late, with equal
+//! or explicit RFC 9218 urgencies) against every server case behind an emulated link, a
+//! number of times in a seeded random order, and prints medians and paired differences
+//! against stock; `--json` and `--svg` write the runs and a chart. See `--help`.
+//!
+//! ```text
+//! cargo run --release -p integration-tests --bin lab -- --repeats 30 --json lab.json --svg lab.svg
+//! ```
+//!
+//! Real peer servers (`integration_tests::peers`: `nginx`, `nginx-4k`, `nghttpd`, `h2o`,
+//! `apache`) run beside ours when named in `--cases` (`scripts/install-peers.sh` installs
+//! them); a peer that is not installed is skipped with one line on stderr.
+//!
+//! `--link tun` (root only) runs every case through the kernel-faithful link of
+//! `integration_tests::tun` instead of the loopback relay: the server in one network
+//! namespace, the client in another, kernel TCP with `--cc cubic|bbr` end to end.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `main.rs` | the entry point and the loop over the runs |
+//! | `args.rs` | the flags (clap), the configuration they make, the cells and the run order |
+//! | `stats.rs` | medians, spreads and paired differences against stock |
+//! | `report.rs` | the Markdown tables and the JSON |
+//! | `svg.rs` | the chart (plotters) |
+
+mod args;
+mod report;
+mod stats;
+mod svg;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use integration_tests::tun;
+use integration_tests::workload::{run_once, run_tun, Case, RunResult};
+use integration_tests::BoxError;
+
+use crate::args::{LabArgs, LabConfig, LinkMode};
+use crate::report::{render_report, to_json};
+use crate::svg::write_svg;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = LabArgs::parse();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("lab: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the configuration the flags ask for, prints the report to stdout (a progress bar on
+/// stderr) and writes the JSON and SVG files asked for.
+async fn run(args: LabArgs) -> Result<(), BoxError> {
+    let mut config = LabConfig::from_args(&args)?;
+    if config.link_mode == LinkMode::Tun {
+        if !tun::is_root() {
+            return Err(format!(
+                "--link tun cannot run: {}, and the lab is not running as root; run it as root \
+                 (e.g. with sudo), or use --link relay (rootless)",
+                tun::NEEDS_ROOT
+            )
+            .into());
+        }
+        if let Some(external) = config
+            .cases
+            .iter()
+            .find(|c| matches!(c, Case::External { .. }))
+        {
+            return Err(format!(
+                "--link tun cannot measure `{external}`: an external server is outside the \
+                 link's network namespaces (use --link relay)"
+            )
+            .into());
+        }
+    }
+    for missing in config.skip_missing_peers() {
+        eprintln!("lab: skipping case `{}`: {missing}", missing.kind.name());
+    }
+    if config.cases.is_empty() {
+        return Err("nothing to run: no case asked for is installed".into());
+    }
+    let plan_len = config.cells().len() * config.repeats;
+    eprintln!(
+        "lab: {plan_len} runs ({} cells x {} repeats), seed {}, link: {}",
+        config.cells().len(),
+        config.repeats,
+        config.seed,
+        config.describe_link()
+    );
+    let progress = ProgressBar::new(plan_len as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:32}] {pos}/{len} (eta {eta}) {msg}")?
+            .progress_chars("=> "),
+    );
+    progress.enable_steady_tick(Duration::from_millis(200));
+    let started = Instant::now();
+    let results = run_lab(&config, &progress).await;
+    progress.finish_and_clear();
+    let results = results?;
+    let elapsed = started.elapsed();
+    print!("{}", render_report(&config, &results));
+    println!("\n{} runs in {:.1} s", results.len(), elapsed.as_secs_f64());
+    if let Some(path) = &args.json {
+        let mut json = to_json(&config, &results);
+        json["config"]["elapsed_s"] = elapsed.as_secs_f64().into();
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("lab: wrote {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        write_svg(path, &config, &results).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("lab: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Runs the whole schedule, one run at a time (each with a fresh server, link and
+/// connection), advancing `progress`. The first failed run stops the lab with its error.
+async fn run_lab(config: &LabConfig, progress: &ProgressBar) -> Result<Vec<RunResult>, BoxError> {
+    let plan = config.schedule();
+    progress.set_length(plan.len() as u64);
+    let mut results = Vec::with_capacity(plan.len());
+    for p in plan {
+        progress.set_message(format!(
+            "repeat {}/{}: {} / {} / {}",
+            p.repeat + 1,
+            config.repeats,
+            p.case,
+            p.workload,
+            p.urgencies
+        ));
+        let run = match config.link_mode {
+            LinkMode::Relay => run_once(&p.case, p.workload, p.urgencies, &config.link).await,
+            LinkMode::Tun => run_tun(&p.case, p.workload, p.urgencies, &config.tun).await,
+        };
+        let mut result = run.map_err(|e| format!("repeat {}: {e}", p.repeat + 1))?;
+        result.repeat = p.repeat;
+        results.push(result);
+        progress.inc(1);
+    }
+    Ok(results)
+}

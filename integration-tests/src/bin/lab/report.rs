@@ -1,0 +1,264 @@
+//! What the lab prints and writes: the Markdown tables of medians and paired differences,
+//! and the JSON (configuration, every run, the tables' rows).
+
+use std::fmt::Write as _;
+
+use examples::responses::{BG_LEN, CRITICAL_LEN, CRITICAL_PATH, FIXTURE_BG_PATHS};
+use integration_tests::peers::INSTALL_HINT;
+use integration_tests::workload::{Case, RunResult, LATE_THRESHOLD};
+
+use crate::args::{LabConfig, LinkMode};
+use crate::stats::{paired, summarize, Spread, BASELINE};
+
+/// `median [min, max]` with `decimals` decimals, with a sign when `signed`.
+fn show(spread: &Spread, decimals: usize, signed: bool) -> String {
+    let f = |x: f64| {
+        if signed {
+            format!("{x:+.decimals$}")
+        } else {
+            format!("{x:.decimals$}")
+        }
+    };
+    format!(
+        "{} [{}, {}]",
+        f(spread.median),
+        f(spread.min),
+        f(spread.max)
+    )
+}
+
+/// A Markdown table with padded columns; the first `text_columns` are left-aligned, the
+/// others right-aligned.
+fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = String>| {
+        let mut s = String::from("|");
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            let pad = w - cell.chars().count();
+            if i < text_columns {
+                let _ = write!(s, " {cell}{} |", " ".repeat(pad));
+            } else {
+                let _ = write!(s, " {}{cell} |", " ".repeat(pad));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = line(&mut headers.iter().map(|h| h.to_string()));
+    out += &line(&mut widths.iter().enumerate().map(|(i, w)| {
+        if i < text_columns {
+            format!(":{}", "-".repeat(w - 1))
+        } else {
+            format!("{}:", "-".repeat(w - 1))
+        }
+    }));
+    for row in rows {
+        out += &line(&mut row.iter().cloned());
+    }
+    out
+}
+
+/// The lab's report: the link, the main table and the paired differences.
+pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", config.describe_link());
+    let _ = writeln!(
+        out,
+        "{} repeats, seed {}, order randomized within each repeat; {} runs. \
+         Median [min, max]; critical times from the moment the critical request left the \
+         client, fixture from connection start.\n",
+        config.repeats,
+        config.seed,
+        results.len()
+    );
+    if !config.skipped.is_empty() {
+        let _ = writeln!(
+            out,
+            "Skipped, not installed ({INSTALL_HINT}): {}.\n",
+            config
+                .skipped
+                .iter()
+                .map(|m| m.kind.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let rows: Vec<Vec<String>> = summarize(config, results)
+        .iter()
+        .map(|r| {
+            vec![
+                r.workload.to_string(),
+                r.urgencies.to_string(),
+                r.case.clone(),
+                show(&r.critical_first_byte_ms, 1, false),
+                show(&r.critical_complete_ms, 1, false),
+                show(&r.background_kib_before_critical, 0, false),
+                show(&r.fixture_complete_ms, 1, false),
+                show(&r.tls_records, 0, false),
+            ]
+        })
+        .collect();
+    out += &markdown(
+        &[
+            "workload",
+            "urgencies",
+            "case",
+            "critical first byte ms",
+            "critical complete ms",
+            "background KiB before critical",
+            "fixture complete ms",
+            "TLS records",
+        ],
+        &rows,
+        3,
+    );
+    let pairs = paired(config, results);
+    if pairs.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n(no paired differences: they need `{BASELINE}` and another case)"
+        );
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nPaired differences against {BASELINE} (case minus {BASELINE} within each repeat): \
+         median [min, max]\n"
+    );
+    let rows: Vec<Vec<String>> = pairs
+        .iter()
+        .map(|r| {
+            vec![
+                r.workload.to_string(),
+                r.urgencies.to_string(),
+                r.case.clone(),
+                show(&r.critical_complete_ms, 1, true),
+                format!("{}/{}", r.critical_sooner, r.critical_complete_ms.n),
+                show(&r.background_kib_before_critical, 0, true),
+                show(&r.fixture_complete_ms, 1, true),
+            ]
+        })
+        .collect();
+    out += &markdown(
+        &[
+            "workload",
+            "urgencies",
+            "case",
+            "Δ critical complete ms",
+            "sooner",
+            "Δ background KiB before critical",
+            "Δ fixture complete ms",
+        ],
+        &rows,
+        3,
+    );
+    out
+}
+
+/// The configuration as JSON (the `config` key of the lab's JSON output).
+pub fn config_json(config: &LabConfig) -> serde_json::Value {
+    serde_json::json!({
+        "repeats": config.repeats,
+        "seed": config.seed,
+        "cases": config.cases.iter().map(Case::name).collect::<Vec<_>>(),
+        "skipped": config.skipped.iter().map(|m| serde_json::json!({
+            "case": m.kind.name(),
+            "reason": m.to_string(),
+        })).collect::<Vec<_>>(),
+        "workloads": config.workloads,
+        "urgencies": config.urgencies,
+        "link": match config.link_mode {
+            LinkMode::Relay => serde_json::json!({
+                "mode": config.link_mode,
+                "rtt_ms": config.link.rtt.as_secs_f64() * 1e3,
+                "one_way_delay_ms": config.link.one_way_delay().as_secs_f64() * 1e3,
+                "rate_mbit": config.link.rate_mbit,
+                "queue_bytes": config.link.queue_limit(),
+                "description": config.link.describe(),
+            }),
+            LinkMode::Tun => serde_json::json!({
+                "mode": config.link_mode,
+                "rtt_ms": config.tun.rtt.as_secs_f64() * 1e3,
+                "one_way_delay_ms": config.tun.one_way_delay().as_secs_f64() * 1e3,
+                "rate_mbit": config.tun.rate_mbit,
+                "queue_packets": config.tun.queue_packets,
+                "mtu": config.tun.mtu,
+                "cc": config.tun.cc,
+                "description": config.tun.describe(),
+            }),
+        },
+        "fixture": {
+            "background": FIXTURE_BG_PATHS,
+            "background_bytes": BG_LEN,
+            "critical": CRITICAL_PATH,
+            "critical_bytes": CRITICAL_LEN,
+            "late_threshold_bytes": LATE_THRESHOLD,
+        },
+    })
+}
+
+/// The lab's JSON: `{"config": ..., "results": [...], "summary": [...], "paired": [...]}`.
+pub fn to_json(config: &LabConfig, results: &[RunResult]) -> serde_json::Value {
+    serde_json::json!({
+        "config": config_json(config),
+        "results": results,
+        "summary": summarize(config, results),
+        "paired": paired(config, results),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::tests::three_repeats;
+
+    #[test]
+    fn report_has_medians_and_paired_differences() {
+        let (config, results) = three_repeats();
+        let report = render_report(&config, &results);
+        assert!(report.starts_with(&config.link.describe()), "{report}");
+        assert!(
+            report.contains("| late     | explicit  | scheduled |"),
+            "{report}"
+        );
+        assert!(report.contains("-770.0 [-825.0, -660.0]"), "{report}");
+        assert!(report.contains(" 3/3 |"), "{report}");
+        let json = to_json(&config, &results);
+        let first = &json["results"][0];
+        for key in [
+            "case",
+            "workload",
+            "urgencies",
+            "repeat",
+            "critical_first_byte_ms",
+            "critical_complete_ms",
+            "background_bytes_before_critical",
+            "fixture_complete_ms",
+            "tls_records",
+        ] {
+            assert!(!first[key].is_null(), "{key} in {first}");
+        }
+        assert_eq!(first["workload"], "late");
+        assert_eq!(json["config"]["link"]["mode"], "relay");
+        assert_eq!(json["config"]["fixture"]["background"][1], "/bg/2");
+        assert_eq!(json["summary"][0]["critical_complete_ms"]["median"], 800.0);
+        assert_eq!(json["paired"][0]["critical_sooner"], 3);
+    }
+
+    #[test]
+    fn without_stock_there_are_no_paired_differences() {
+        let (mut config, mut results) = three_repeats();
+        config.cases.retain(|c| c.name() != BASELINE);
+        results.retain(|r| r.case != BASELINE);
+        let report = render_report(&config, &results);
+        assert!(
+            report.contains("(no paired differences: they need `stock` and another case)"),
+            "{report}"
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! The packet emulator between the two TUN devices: per direction, a reader thread that
+//! queues every packet the sender's kernel hands to its device (tail drop when the queue is
+//! full) and computes when it leaves the wire, and a delivery thread that writes it to the
+//! receiver's device one one-way delay later (see the [module documentation](super)).
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{self, Read as _, Write as _};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{sys, TunConfig, MAX_PACKET};
+
+/// Counters of one direction of the emulator.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectionStats {
+    /// Packets delivered to the receiver's TUN device.
+    pub delivered: u64,
+    /// IP bytes delivered.
+    pub delivered_bytes: u64,
+    /// Packets dropped because the queue was full.
+    pub dropped: u64,
+    /// Largest queue occupancy seen, in packets (the arriving one included).
+    pub max_queue: u64,
+    /// Sum of how late deliveries were after their due time, in microseconds.
+    pub late_us_total: u64,
+    /// Latest delivery after its due time, in microseconds.
+    pub late_us_max: u64,
+    /// Packets the receiver's TUN device refused (written while it was going down).
+    pub write_errors: u64,
+}
+
+impl DirectionStats {
+    /// Mean lateness of a delivery, in microseconds.
+    pub fn late_us_mean(&self) -> f64 {
+        if self.delivered == 0 {
+            0.0
+        } else {
+            self.late_us_total as f64 / self.delivered as f64
+        }
+    }
+}
+
+/// Counters of both directions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TunStats {
+    /// Client to server.
+    pub upstream: DirectionStats,
+    /// Server to client.
+    pub downstream: DirectionStats,
+}
+
+#[derive(Default)]
+struct Counters {
+    delivered: AtomicU64,
+    delivered_bytes: AtomicU64,
+    dropped: AtomicU64,
+    max_queue: AtomicU64,
+    late_us_total: AtomicU64,
+    late_us_max: AtomicU64,
+    write_errors: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> DirectionStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DirectionStats {
+            delivered: get(&self.delivered),
+            delivered_bytes: get(&self.delivered_bytes),
+            dropped: get(&self.dropped),
+            max_queue: get(&self.max_queue),
+            late_us_total: get(&self.late_us_total),
+            late_us_max: get(&self.late_us_max),
+            write_errors: get(&self.write_errors),
+        }
+    }
+}
+
+/// The four threads moving packets between the two TUN devices.
+pub(super) struct Emulator {
+    /// Dropping it (EOF on the pipe) stops the reader threads.
+    stop: Option<io::PipeWriter>,
+    deliveries: [Arc<Delivery>; 2],
+    threads: Vec<JoinHandle<()>>,
+    /// [upstream, downstream].
+    counters: [Arc<Counters>; 2],
+}
+
+/// Per-direction parameters.
+#[derive(Clone, Copy)]
+struct Params {
+    one_way: Duration,
+    bits_per_sec: f64,
+    queue_packets: usize,
+}
+
+impl Emulator {
+    pub(super) fn start(
+        config: &TunConfig,
+        client: Arc<File>,
+        server: Arc<File>,
+    ) -> io::Result<Emulator> {
+        let params = Params {
+            one_way: config.one_way_delay(),
+            bits_per_sec: config.rate_mbit * 1e6,
+            queue_packets: config.queue_packets,
+        };
+        let (stop_reader, stop) = io::pipe()?;
+        let mut emulator = Emulator {
+            stop: Some(stop),
+            deliveries: [Arc::default(), Arc::default()],
+            threads: Vec::new(),
+            counters: [Arc::default(), Arc::default()],
+        };
+        // From here on, dropping `emulator` stops whatever was started.
+        for (i, (name, from, to)) in [
+            ("upstream", client.clone(), server.clone()),
+            ("downstream", server, client),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let delivery = emulator.deliveries[i].clone();
+            let counters = emulator.counters[i].clone();
+            emulator.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tun-{name}-deliver"))
+                    .spawn(move || delivery.run(&to, &counters))?,
+            );
+            let delivery = emulator.deliveries[i].clone();
+            let counters = emulator.counters[i].clone();
+            let stop = stop_reader.try_clone()?;
+            emulator.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("tun-{name}-read"))
+                    .spawn(move || read_loop(&from, &stop, params, &delivery, &counters))?,
+            );
+        }
+        Ok(emulator)
+    }
+}
+
+impl Emulator {
+    /// The counters so far.
+    pub(super) fn stats(&self) -> TunStats {
+        TunStats {
+            upstream: self.counters[0].snapshot(),
+            downstream: self.counters[1].snapshot(),
+        }
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        for delivery in &self.deliveries {
+            delivery.stop();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        // The devices' last references were the threads': the TUN devices are gone now.
+    }
+}
+
+/// Reads packets from one TUN device, applies the queue and schedules their delivery, until
+/// `stop` reports end of file.
+fn read_loop(
+    from: &File,
+    stop: &io::PipeReader,
+    params: Params,
+    delivery: &Delivery,
+    counters: &Counters,
+) {
+    let mut buf = vec![0u8; MAX_PACKET];
+    // Serialization end of every packet still in the queue, oldest first.
+    let mut departures: VecDeque<Instant> = VecDeque::with_capacity(params.queue_packets);
+    let mut free_at = Instant::now();
+    loop {
+        match sys::wait_readable(from.as_fd(), stop.as_fd()) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => {
+                tracing::warn!(%error, "tun link: waiting for a packet");
+                return;
+            }
+        }
+        let len = match (&*from).read(&mut buf) {
+            Ok(0) => continue,
+            Ok(len) => len,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) =>
+            {
+                continue
+            }
+            Err(error) => {
+                tracing::warn!(%error, "tun link: reading a packet");
+                return;
+            }
+        };
+        let now = Instant::now();
+        while departures.front().is_some_and(|&d| d <= now) {
+            departures.pop_front();
+        }
+        if departures.len() >= params.queue_packets {
+            counters.dropped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let start = free_at.max(now);
+        free_at = start + Duration::from_secs_f64(len as f64 * 8.0 / params.bits_per_sec);
+        departures.push_back(free_at);
+        counters
+            .max_queue
+            .fetch_max(departures.len() as u64, Ordering::Relaxed);
+        delivery.push(free_at + params.one_way, buf[..len].to_vec());
+    }
+}
+
+/// The packets of one direction on their way to the receiver, due in FIFO order (departures
+/// never decrease and the delay is constant), and the thread that writes them when due.
+#[derive(Default)]
+struct Delivery {
+    state: Mutex<DeliveryState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct DeliveryState {
+    queue: VecDeque<(Instant, Vec<u8>)>,
+    stopping: bool,
+}
+
+impl Delivery {
+    fn lock(&self) -> MutexGuard<'_, DeliveryState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push(&self, due: Instant, packet: Vec<u8>) {
+        let mut state = self.lock();
+        let was_empty = state.queue.is_empty();
+        state.queue.push_back((due, packet));
+        drop(state);
+        // Only a new head changes the deadline the delivery thread waits for.
+        if was_empty {
+            self.changed.notify_one();
+        }
+    }
+
+    fn stop(&self) {
+        self.lock().stopping = true;
+        self.changed.notify_one();
+    }
+
+    /// Writes every packet to `to` at or after its due time, until stopped.
+    fn run(&self, to: &File, counters: &Counters) {
+        let mut due_now = Vec::new();
+        let mut state = self.lock();
+        loop {
+            if state.stopping {
+                return;
+            }
+            let now = Instant::now();
+            while state.queue.front().is_some_and(|(due, _)| *due <= now) {
+                due_now.extend(state.queue.pop_front());
+            }
+            if due_now.is_empty() {
+                state = match state.queue.front() {
+                    Some(&(due, _)) => {
+                        self.changed
+                            .wait_timeout(state, due - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0
+                    }
+                    None => self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
+                };
+                continue;
+            }
+            drop(state);
+            for (due, packet) in due_now.drain(..) {
+                // A TUN device takes a packet whole, or not at all.
+                match (&*to).write(&packet) {
+                    Ok(n) if n == packet.len() => {
+                        let late = Instant::now().saturating_duration_since(due).as_micros() as u64;
+                        counters.delivered.fetch_add(1, Ordering::Relaxed);
+                        counters
+                            .delivered_bytes
+                            .fetch_add(packet.len() as u64, Ordering::Relaxed);
+                        counters.late_us_total.fetch_add(late, Ordering::Relaxed);
+                        counters.late_us_max.fetch_max(late, Ordering::Relaxed);
+                    }
+                    Ok(_) | Err(_) => {
+                        counters.write_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            state = self.lock();
+        }
+    }
+}
