@@ -4,7 +4,7 @@
 //! injected ones and whose reads can be paused, fast checks of the body pattern, and the
 //! process's CPU time.
 //!
-//! Used by `tests/hostile_bounds.rs`; nothing here measures, the tests do.
+//! Used by `tests/hostile_bounds_{memory,scheduling}.rs`; nothing here measures, the tests do.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
