@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustls::pki_types::{CertificateDer, ServerName};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -485,6 +485,27 @@ async fn write_loop(
     let _ = wr.shutdown().await;
 }
 
+/// Reads one HTTP/2 frame: its type, flags and stream id, the payload into `payload`.
+/// `Ok(None)` at a clean end of stream between frames; `Err` describes any other end.
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    payload: &mut Vec<u8>,
+) -> Result<Option<(u8, u8, u32)>, String> {
+    let mut header = [0u8; 9];
+    match rd.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+    let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+    payload.resize(len, 0);
+    rd.read_exact(payload)
+        .await
+        .map_err(|e| format!("inside a frame: {e}"))?;
+    Ok(Some((header[3], header[4], id)))
+}
+
 async fn read_loop(
     mut rd: ReadHalf<TlsStream<Tap<TcpStream>>>,
     log: Arc<Mutex<RawLog>>,
@@ -492,19 +513,12 @@ async fn read_loop(
 ) {
     let mut payload = Vec::new();
     let end = loop {
-        let mut header = [0u8; 9];
-        match rd.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
-            Err(e) => break Err(e.to_string()),
-        }
-        let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
-        let (kind, flags) = (header[3], header[4]);
-        let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
-        payload.resize(len, 0);
-        if let Err(e) = rd.read_exact(&mut payload).await {
-            break Err(format!("inside a frame: {e}"));
-        }
+        let (kind, flags, id) = match read_frame(&mut rd, &mut payload).await {
+            Ok(Some(h)) => h,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        let len = payload.len();
         match kind {
             kind::SETTINGS if flags & FLAG_END_STREAM == 0 => {
                 let _ = ctrl.send(frame(kind::SETTINGS, 0x1, 0, &[]));

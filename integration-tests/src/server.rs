@@ -1,18 +1,15 @@
 //! Servers under test, started in-process: any tower service (the demo app by default),
 //! served over rustls, plain (`stock`) or wrapped by `tls-flush` with a policy.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::CertificateDer;
-use tls_flush::{ConnectionStats, FlushConfig, FlushStream, Policy};
+use tls_flush::{ConnectionStats, FlushConfig, FlushStream, HttpService, Policy};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
@@ -53,38 +50,6 @@ impl ServerSetup {
     }
 }
 
-/// A service [`TestServer`] can serve (what hyper needs): a tower service of HTTP
-/// requests that never fails, cloned for each connection, with a `Send` future and
-/// responses of body `B`. Any axum `Router` is one.
-pub trait TestService<B>:
-    tower::Service<
-        Request<Incoming>,
-        Response = Response<B>,
-        Error = Infallible,
-        Future: Send + 'static,
-    > + Clone
-    + Send
-    + 'static
-{
-}
-
-impl<S, B> TestService<B> for S where
-    S: tower::Service<
-            Request<Incoming>,
-            Response = Response<B>,
-            Error = Infallible,
-            Future: Send + 'static,
-        > + Clone
-        + Send
-        + 'static
-{
-}
-
-/// A response body [`TestServer`] can send.
-pub trait TestBody: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
-
-impl<B> TestBody for B where B: http_body::Body<Data: Send, Error: Into<BoxError>> + Send + 'static {}
-
 /// A server running on a background task; stopped when dropped.
 #[derive(Debug)]
 pub struct TestServer {
@@ -110,24 +75,21 @@ impl TestServer {
     }
 
     /// Starts `service` on 127.0.0.1 with `setup`.
-    pub async fn start<S, B>(setup: ServerSetup, service: S) -> Result<TestServer, BoxError>
-    where
-        S: TestService<B>,
-        B: TestBody,
-    {
+    /// `service` is any tower service hyper can serve ([`tls_flush::HttpService`]: an axum
+    /// `Router` is one).
+    pub async fn start<S: HttpService>(
+        setup: ServerSetup,
+        service: S,
+    ) -> Result<TestServer, BoxError> {
         TestServer::start_on(setup, service, SocketAddr::from(([127, 0, 0, 1], 0))).await
     }
 
     /// Starts `service` on `addr` (port 0: a free one) with `setup`.
-    pub async fn start_on<S, B>(
+    pub async fn start_on<S: HttpService>(
         setup: ServerSetup,
         service: S,
         addr: SocketAddr,
-    ) -> Result<TestServer, BoxError>
-    where
-        S: TestService<B>,
-        B: TestBody,
-    {
+    ) -> Result<TestServer, BoxError> {
         let identity = examples::tls::self_signed()?;
         let certificate = identity.chain[0].clone();
         let mut tls = examples::tls::server_config(identity, setup.record_size)?;
@@ -206,17 +168,14 @@ impl Drop for TestServer {
     }
 }
 
-async fn accept_loop<S, B>(
+async fn accept_loop<S: HttpService>(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     config: Option<FlushConfig>,
     service: S,
     stats: Arc<Mutex<Vec<ConnectionStats>>>,
     live: Arc<AtomicUsize>,
-) where
-    S: TestService<B>,
-    B: TestBody,
-{
+) {
     while let Ok((tcp, _)) = listener.accept().await {
         let (acceptor, config, service, stats) = (
             acceptor.clone(),

@@ -26,14 +26,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use integration_tests::attack::{self, frame, hpack, tls_h2, PREFACE};
+use integration_tests::attack::{self, frame, hpack, read_frame, tls_h2, PREFACE};
 use integration_tests::client::pattern_byte;
 use integration_tests::server::ServerSetup;
 use integration_tests::tap::Tap;
 use integration_tests::{ReadGate, TestServer};
 use support::{alive_tasks, client as tap_client, rss_kib, run_alone as run, wait_for};
 use tls_flush::{Policy, StatsSnapshot};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -539,20 +539,14 @@ async fn half_close<F: std::future::Future<Output = ()>>(
             goaway: None,
             end: Ok(()),
         };
+        let mut payload = Vec::new();
         outcome.end = loop {
-            let mut header = [0u8; 9];
-            match rd.read_exact(&mut header).await {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break Ok(()),
-                Err(e) => break Err(e.to_string()),
-            }
-            let len = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
-            let (kind, flags) = (header[3], header[4]);
-            let id = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
-            let mut payload = vec![0u8; len];
-            if let Err(e) = rd.read_exact(&mut payload).await {
-                break Err(format!("inside a frame: {e}"));
-            }
+            let (kind, flags, id) = match read_frame(&mut rd, &mut payload).await {
+                Ok(Some(h)) => h,
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            };
+            let len = payload.len();
             let slot = (id % 2 == 1)
                 .then(|| outcome.streams.get_mut((id as usize - 1) / 2))
                 .flatten();
