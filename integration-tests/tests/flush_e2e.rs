@@ -253,7 +253,7 @@ async fn urgent_small_response_ends_its_record_and_headers_are_not_buried() {
     let mut no_cut = None;
     for _ in 0..6 {
         let run = critical_among_background(ServerSetup {
-            config: Some(tls_flush::FlushConfig::for_policy(Policy::Scheduled).no_urgent_cut()),
+            config: Some(tls_flush::FlushConfig::for_policy(Policy::Scheduled).urgent_cut(None)),
             ..ServerSetup::default()
         })
         .await;

@@ -91,7 +91,36 @@ pub enum RecordSizing {
     },
 }
 
+/// When a record ends early after an urgent DATA frame: see [`FlushConfig::urgent_cut`].
+///
+/// ```
+/// use tls_flush::{FlushConfig, UrgentCut};
+///
+/// let config = FlushConfig::default().urgent_cut(Some(UrgentCut { max_urgency: 1, max_payload: 8192 }));
+/// # let _ = config;
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UrgentCut {
+    /// DATA frames of urgency `<= max_urgency` qualify.
+    pub max_urgency: u8,
+    /// ... when their payload is at most this many bytes.
+    pub max_payload: usize,
+}
+
+impl Default for UrgentCut {
+    /// Urgency 0, payloads up to 4096 bytes.
+    fn default() -> Self {
+        UrgentCut {
+            max_urgency: 0,
+            max_payload: 4096,
+        }
+    }
+}
+
 /// Configuration of one wrapped connection; build it from a [`Policy`] and adjust.
+///
+/// Every setter is named after what it sets; a feature with a parameter takes an
+/// `Option` (`None` switches it off), an on/off feature takes a `bool`.
 ///
 /// # Memory bounds
 ///
@@ -110,12 +139,13 @@ pub enum RecordSizing {
 /// | anticipation holds armed | one per tracked, complete request, each at most [`anticipate`](Self::anticipate) long, all together at most [`anticipation_budget`](Self::anticipation_budget) per second |
 ///
 /// ```
-/// use std::time::Duration;
-/// use tls_flush::{FlushConfig, Policy};
+/// use tls_flush::{FlushConfig, Policy, UrgentCut};
 ///
 /// let config = FlushConfig::default()
 ///     .soft_limit(128 * 1024)
-///     .urgent_cut(0, 4096)
+///     .urgent_cut(Some(UrgentCut { max_urgency: 0, max_payload: 4096 }))
+///     .cork(false)
+///     .anticipate(None)
 ///     .notsent_lowat(Some(16 * 1024))
 ///     .tls_max_fragment_size(Some(4096));
 /// assert_eq!(config.policy(), Policy::Scheduled);
@@ -124,17 +154,17 @@ pub enum RecordSizing {
 pub struct FlushConfig {
     pub(crate) policy: Policy,
     pub(crate) reorder: bool,
-    pub(crate) pack: bool,
+    pub(crate) pack_records: bool,
     pub(crate) record_sizing: RecordSizing,
     pub(crate) tls_record_payload: usize,
-    pub(crate) urgent_cut: Option<(u8, usize)>,
+    pub(crate) urgent_cut: Option<UrgentCut>,
     pub(crate) cork: bool,
     pub(crate) anticipate: Option<Duration>,
     pub(crate) anticipation_budget: Duration,
     pub(crate) soft_limit: usize,
     pub(crate) hard_limit: usize,
     pub(crate) notsent_lowat: Option<u32>,
-    pub(crate) no_rfc7540_priorities: bool,
+    pub(crate) announce_no_rfc7540_priorities: bool,
     pub(crate) max_early_updates: usize,
     pub(crate) max_tracked_streams: usize,
 }
@@ -151,17 +181,17 @@ impl FlushConfig {
         let base = FlushConfig {
             policy,
             reorder: false,
-            pack: true,
+            pack_records: true,
             record_sizing: RecordSizing::Fixed(MAX_RECORD_PAYLOAD),
             tls_record_payload: MAX_RECORD_PAYLOAD,
-            urgent_cut: Some((0, 4096)),
+            urgent_cut: Some(UrgentCut::default()),
             cork: true,
             anticipate: None,
             anticipation_budget: Duration::from_millis(100),
             soft_limit: 256 * 1024,
             hard_limit: 1024 * 1024,
             notsent_lowat: Some(16 * 1024),
-            no_rfc7540_priorities: true,
+            announce_no_rfc7540_priorities: true,
             max_early_updates: 128,
             max_tracked_streams: 1024,
         };
@@ -202,17 +232,12 @@ impl FlushConfig {
     }
 
     /// Ends a record right after a DATA frame of urgency `<= max_urgency` whose payload is
-    /// at most `max_payload` bytes, and flushes it at once (default `0`, 4096). The response
-    /// HEADERS of such a stream also end their record when its DATA is not queued yet, so
-    /// they never wait inside a record of less urgent bytes.
-    pub fn urgent_cut(mut self, max_urgency: u8, max_payload: usize) -> Self {
-        self.urgent_cut = Some((max_urgency, max_payload));
-        self
-    }
-
-    /// Never ends a record early.
-    pub fn no_urgent_cut(mut self) -> Self {
-        self.urgent_cut = None;
+    /// at most `max_payload` bytes, and flushes it at once (default urgency 0, 4096 bytes;
+    /// `None`: records never end early). The response HEADERS of such a stream also end
+    /// their record when its DATA is not queued yet, so they never wait inside a record of
+    /// less urgent bytes.
+    pub fn urgent_cut(mut self, cut: Option<UrgentCut>) -> Self {
+        self.urgent_cut = cut;
         self
     }
 
@@ -272,14 +297,14 @@ impl FlushConfig {
 
     /// Appends `SETTINGS_NO_RFC7540_PRIORITIES = 1` to h2's first SETTINGS frame (default on).
     pub fn announce_no_rfc7540_priorities(mut self, on: bool) -> Self {
-        self.no_rfc7540_priorities = on;
+        self.announce_no_rfc7540_priorities = on;
         self
     }
 
     /// Packs bulk bytes into full records (default on). Off, each frame h2 wrote is
     /// written on its own, as stock hyper does.
     pub fn pack_records(mut self, on: bool) -> Self {
-        self.pack = on;
+        self.pack_records = on;
         self
     }
 

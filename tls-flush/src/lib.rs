@@ -42,7 +42,7 @@ mod stream;
 mod transport;
 mod write_path;
 
-pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, MAX_RECORD_PAYLOAD};
+pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};
 pub use stats::{ConnectionStats, StatsSnapshot};

@@ -230,7 +230,7 @@ impl WritePath {
         self.settings_sent = true;
         let already = frame::settings(&bytes[frame::HEADER_LEN..])
             .any(|(id, _)| id == frame::SETTINGS_NO_RFC7540_PRIORITIES);
-        if !config.no_rfc7540_priorities || already {
+        if !config.announce_no_rfc7540_priorities || already {
             return bytes;
         }
         let grown = FrameHeader {

@@ -264,7 +264,7 @@ impl WritePath {
             waited: false,
         } = self.writer.state
         {
-            if mode == Drive::Flush && config.pack && config.cork {
+            if mode == Drive::Flush && config.pack_records && config.cork {
                 self.writer.state = State::Building {
                     bulk_only: true,
                     waited: true,
@@ -297,7 +297,7 @@ impl WritePath {
                 Some(current) => current,
                 None => {
                     // Unpacked: one frame per write, as h2 wrote them.
-                    if !config.pack && !self.writer.chunk.is_empty() {
+                    if !config.pack_records && !self.writer.chunk.is_empty() {
                         return Filled::AsFarAsPossible;
                     }
                     if self.hold_for_urgent(config, priorities, mode) {
@@ -382,7 +382,7 @@ impl WritePath {
             && !frame.ends_stream
             && config
                 .urgent_cut
-                .is_none_or(|(max_urgency, _)| urgency > max_urgency);
+                .is_none_or(|cut| urgency > cut.max_urgency);
         Some((frame, 0, bulk))
     }
 
@@ -396,10 +396,11 @@ impl WritePath {
         frame: &QueuedFrame,
     ) -> bool {
         let stream = frame.header.stream_id;
-        config.urgent_cut.is_some_and(|(max_urgency, max_payload)| {
-            let urgent_stream = stream != 0 && priorities.effective(stream).urgency <= max_urgency;
+        config.urgent_cut.is_some_and(|cut| {
+            let urgent_stream =
+                stream != 0 && priorities.effective(stream).urgency <= cut.max_urgency;
             if frame.is_data() {
-                frame.header.length as usize <= max_payload && urgent_stream
+                frame.header.length as usize <= cut.max_payload && urgent_stream
             } else {
                 frame.header.kind == frame::HEADERS
                     && urgent_stream

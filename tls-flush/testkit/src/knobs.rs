@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use tls_flush::{FlushConfig, Policy, RecordSizing};
+use tls_flush::{FlushConfig, Policy, RecordSizing, UrgentCut};
 
 use crate::checks::CounterBounds;
 use crate::frame::{DEFAULT_HARD_LIMIT, MAX_RECORD};
@@ -63,8 +63,13 @@ impl Knobs {
         }
         match self.urgent_cut {
             None => {}
-            Some(None) => c = c.no_urgent_cut(),
-            Some(Some((u, n))) => c = c.urgent_cut(u, n),
+            Some(None) => c = c.urgent_cut(None),
+            Some(Some((max_urgency, max_payload))) => {
+                c = c.urgent_cut(Some(UrgentCut {
+                    max_urgency,
+                    max_payload,
+                }))
+            }
         }
         if let Some(bound) = self.anticipate {
             c = c.anticipate(bound);
