@@ -249,7 +249,7 @@ impl FlushConfig {
         self
     }
 
-    /// While a complete request more urgent than the next DATA waits for its response to
+    /// While a complete request more urgent than the next DATA waits for its response body to
     /// begin, holds that DATA back for at most `bound` after the request completed (default
     /// 5 ms for [`Policy::Scheduled`], off otherwise; only with [`reorder`](Self::reorder)).
     /// At connection start the downstream is empty, so without it the first bulk frames

@@ -26,9 +26,9 @@ pub(crate) const MAX_CHANGES: usize = 4096;
 enum Hold {
     /// The request is not complete yet, or anticipation is off.
     Idle,
-    /// Complete, its response not begun: less urgent DATA may wait for it.
+    /// Complete, its response body not begun: less urgent DATA may wait for it.
     Armed(u8),
-    /// Its response began, its bound expired, or it was never eligible.
+    /// Its response body began, its bound expired, or it was never eligible.
     Done,
 }
 
@@ -38,6 +38,10 @@ struct StreamEntry {
     pinned: PriorityParams,
     /// The response's first header block has been written by h2.
     response_started: bool,
+    /// The response's first DATA frame (or a header block ending the stream) has been
+    /// written by h2: what an armed hold waits for. Its HEADERS alone are not enough:
+    /// DATA chosen between them and the body would still go out ahead of the body.
+    body_started: bool,
     hold: Hold,
     /// Already in the changed list.
     changed: bool,
@@ -119,6 +123,7 @@ impl StreamPriorities {
             client,
             pinned: PriorityParams::default(),
             response_started: false,
+            body_started: false,
             hold: Hold::Idle,
             changed: false,
         };
@@ -148,7 +153,7 @@ impl StreamPriorities {
         };
         let urgency = entry.pinned.apply_to(entry.client).urgency.min(7);
         let eligible = entry.hold == Hold::Idle
-            && !entry.response_started
+            && !entry.body_started
             && urgency < 7
             && self.holds.len() < self.max_open;
         if !eligible {
@@ -220,10 +225,20 @@ impl StreamPriorities {
             return;
         }
         entry.response_started = true;
-        Self::disarm(&mut self.armed, entry);
         if let Some(p) = pinned {
             entry.pinned = p;
             Self::mark_changed(&mut self.changes, stream_id, entry);
+        }
+    }
+
+    /// h2 wrote the first DATA frame of `stream_id`'s response, or a header block that ends
+    /// it: a hold armed for it ends.
+    pub(crate) fn response_body_started(&mut self, stream_id: u32) {
+        if let Some(entry) = self.open.get_mut(&stream_id) {
+            if !entry.body_started {
+                entry.body_started = true;
+                Self::disarm(&mut self.armed, entry);
+            }
         }
     }
 
@@ -440,6 +455,11 @@ mod tests {
         t.request_complete(5);
         assert!(t.hold_deadline(5, Instant::now()).is_some());
         t.response_started(5, None);
+        assert!(
+            t.hold_deadline(5, Instant::now()).is_some(),
+            "the response's HEADERS alone do not end the hold"
+        );
+        t.response_body_started(5);
         assert_eq!(t.hold_deadline(5, Instant::now()), None);
         assert_eq!(t.armed, [0; 8]);
         assert!(t.holds.is_empty());

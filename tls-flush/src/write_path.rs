@@ -136,6 +136,7 @@ impl WritePath {
                     } else {
                         header.flags & !frame::FLAG_END_STREAM
                     };
+                    priorities.response_body_started(header.stream_id);
                     self.scheduler
                         .push(FrameHeader { flags, ..header }, bytes, priorities);
                     self.streamed_tail = last;
@@ -296,6 +297,11 @@ impl WritePath {
         };
         if unit_header.is_header_block() {
             observe_response_headers(unit_header, &unit, &mut self.decoder, priorities);
+        }
+        if unit_header.kind == frame::DATA
+            || (unit_header.kind == frame::HEADERS && unit_header.end_stream())
+        {
+            priorities.response_body_started(unit_header.stream_id);
         }
         self.scheduler.push(unit_header, unit, priorities);
     }
