@@ -197,6 +197,9 @@ async fn accept_loop<S: HttpService>(
             let result = match config {
                 None => builder.serve_connection(TokioIo::new(tls), service).await,
                 Some(config) => {
+                    let mut builder = builder;
+                    // As tls_flush::serve configures hyper under the wrapper.
+                    builder.http2().max_send_buf_size(128 * 1024);
                     let stream = FlushStream::new(tls, config);
                     stats.lock().expect("stats poisoned").push(stream.stats());
                     builder

@@ -2,19 +2,18 @@
 //! moment while a complete, more urgent request waits for its response to begin).
 //!
 //! Invariants:
-//! - a hold ends at the earliest of: the urgent response's first header block, the
+//! - a hold ends at the earliest of: the urgent response's first DATA frame, the
 //!   request's bound (armed once, when the request is complete), the connection's budget;
 //! - the budget caps the total time DATA is held per connection in each one-second window,
 //!   so urgent requests that keep arriving cannot starve less urgent responses;
 //! - a hold waits on a timer (Tokio's time driver), never on self-wakes: an idle hold costs
 //!   no CPU. Outside a Tokio runtime (a hand-rolled executor) it asks to be polled again.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::stats::ConnectionStats;
+use crate::timer::Timer;
 
 /// The window over which the hold budget applies.
 const WINDOW: Duration = Duration::from_secs(1);
@@ -25,7 +24,7 @@ pub(crate) struct HoldClock {
     window_start: Option<Instant>,
     spent: Duration,
     holding_since: Option<Instant>,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    timer: Timer,
     stats: ConnectionStats,
 }
 
@@ -46,7 +45,7 @@ impl HoldClock {
             window_start: None,
             spent: Duration::ZERO,
             holding_since: None,
-            sleep: None,
+            timer: Timer::default(),
             stats,
         }
     }
@@ -84,7 +83,7 @@ impl HoldClock {
                 if let Some(since) = self.holding_since.take() {
                     self.spent += now.saturating_duration_since(since);
                 }
-                self.sleep = None;
+                self.timer.cancel();
                 None
             }
         }
@@ -92,24 +91,7 @@ impl HoldClock {
 
     /// Ready once `until` has passed; otherwise the task is woken then.
     pub(crate) fn poll_until(&mut self, cx: &mut Context<'_>, until: Instant) -> Poll<()> {
-        if Instant::now() >= until {
-            return Poll::Ready(());
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            // No Tokio runtime to time the hold: ask to be polled again.
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        let deadline = tokio::time::Instant::from_std(until);
-        match &mut self.sleep {
-            Some(sleep) if sleep.deadline() == deadline => {}
-            Some(sleep) => sleep.as_mut().reset(deadline),
-            None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
-        }
-        match self.sleep.as_mut().map(|s| s.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(()),
-            _ => Poll::Pending,
-        }
+        self.timer.poll_until(cx, until)
     }
 }
 

@@ -5,6 +5,10 @@ use std::time::Duration;
 /// The largest TLS plaintext record (RFC 8446 §5.1).
 pub const MAX_RECORD_PAYLOAD: usize = 16384;
 
+/// The soft limit of the in-order presets: two full DATA frames, so that a record can be
+/// packed across a frame boundary.
+const IN_ORDER_SOFT_LIMIT: usize = 36 * 1024;
+
 /// Preset behaviours, named as the example servers and the lab name them.
 ///
 /// ```
@@ -18,10 +22,11 @@ pub const MAX_RECORD_PAYLOAD: usize = 16384;
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Policy {
     /// h2's order; records packed full; an urgent small DATA frame ends its record and is
-    /// flushed at once; the downstream is kept shallow (a bounded early flush).
+    /// flushed at once; the wrapper holds about two frames (36 KiB soft limit) and the
+    /// downstream is kept shallow (a bounded early flush).
     EarlyFlush,
-    /// h2's order; dynamic record sizes: small records at connection start and after an
-    /// idle gap, ramping up to full records.
+    /// As `EarlyFlush`, with dynamic record sizes: small records at connection start and
+    /// after an idle gap, ramping up to full records.
     Dynamic,
     /// Everything: RFC 9218 scheduling, packing, early cuts, shallow downstream.
     #[default]
@@ -164,6 +169,7 @@ pub struct FlushConfig {
     pub(crate) soft_limit: usize,
     pub(crate) hard_limit: usize,
     pub(crate) notsent_lowat: Option<u32>,
+    pub(crate) write_budget: bool,
     pub(crate) announce_no_rfc7540_priorities: bool,
     pub(crate) max_early_updates: usize,
     pub(crate) max_tracked_streams: usize,
@@ -191,18 +197,25 @@ impl FlushConfig {
             soft_limit: 256 * 1024,
             hard_limit: 1024 * 1024,
             notsent_lowat: Some(16 * 1024),
+            write_budget: true,
             announce_no_rfc7540_priorities: true,
             max_early_updates: 128,
             max_tracked_streams: 1024,
         };
+        // In h2's order the wrapper cannot move an urgent frame ahead of what it holds, so
+        // it holds about one record (what it is writing and what it is building) and leaves
+        // the rest with h2, whose round robin still lets a new stream in.
+        let in_order = FlushConfig {
+            soft_limit: IN_ORDER_SOFT_LIMIT,
+            ..base.clone()
+        };
         match policy {
-            Policy::EarlyFlush => base,
+            Policy::EarlyFlush => in_order,
             Policy::Dynamic => FlushConfig {
-                urgent_cut: None,
                 record_sizing: RecordSizing::Dynamic {
                     idle_reset: Duration::from_secs(1),
                 },
-                ..base
+                ..in_order
             },
             Policy::Scheduled => FlushConfig {
                 reorder: true,
@@ -218,7 +231,7 @@ impl FlushConfig {
     }
 
     /// Bytes absorbed from h2 before only frames that would be sent ahead of the queue
-    /// are admitted (default 256 KiB).
+    /// are admitted (default 256 KiB with [`Policy::Scheduled`], 36 KiB in h2's order).
     pub fn soft_limit(mut self, bytes: usize) -> Self {
         self.soft_limit = bytes;
         self.hard_limit = self.hard_limit.max(bytes);
@@ -292,6 +305,17 @@ impl FlushConfig {
     /// `TCP_NOTSENT_LOWAT` for the socket (default 16 KiB); `None` leaves it alone.
     pub fn notsent_lowat(mut self, bytes: Option<u32>) -> Self {
         self.notsent_lowat = bytes;
+        self
+    }
+
+    /// Sizes each write from what TCP reports (`TCP_INFO`, see [`PathState`](crate::PathState);
+    /// default on): the kernel holds about one record beyond what the congestion window can
+    /// send now, the bytes in flight stay near the path's bandwidth-delay product, and
+    /// records fit a small congestion window. Paths with a minimum RTT under
+    /// [`MIN_PACED_RTT`](crate::MIN_PACED_RTT) and transports without `TCP_INFO` are not
+    /// limited.
+    pub fn write_budget(mut self, on: bool) -> Self {
+        self.write_budget = on;
         self
     }
 

@@ -10,8 +10,10 @@
 //!   server pinned in its `priority` response header (see `tower_priority::PriorityLayer`),
 //!   and orders DATA by RFC 9218 §10 while keeping every ordering h2 relies on;
 //! - writes full TLS records for bulk data, ends a record right after an urgent small DATA
-//!   frame and flushes it at once, and keeps rustls and the kernel (`TCP_NOTSENT_LOWAT`)
-//!   shallow so that priority still decides.
+//!   frame and flushes it at once, and keeps rustls and the kernel shallow so that priority
+//!   still decides: `TCP_NOTSENT_LOWAT`, and each write sized from `TCP_INFO` to what TCP
+//!   can send soon, with the bytes in flight kept near the path's bandwidth-delay product
+//!   (see [`PathState`]).
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -31,6 +33,7 @@ mod anticipation;
 mod config;
 mod frame;
 mod hpack;
+mod path;
 mod priorities;
 mod read_observer;
 mod scheduler;
@@ -39,10 +42,12 @@ mod serve;
 mod socket;
 mod stats;
 mod stream;
+mod timer;
 mod transport;
 mod write_path;
 
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
+pub use path::{PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};
 pub use stats::{ConnectionStats, StatsSnapshot};

@@ -316,6 +316,16 @@ impl StreamPriorities {
             .flatten()
     }
 
+    /// True while a stream more urgent than `urgency` is open (its response not finished):
+    /// h2 may be about to write its frames. At most `max_open` entries are looked at.
+    pub(crate) fn more_urgent_open(&self, urgency: u8) -> bool {
+        urgency > 0
+            && self
+                .open
+                .values()
+                .any(|e| e.pinned.apply_to(e.client).urgency < urgency)
+    }
+
     /// Drops expired and finished holds from the front (deadlines ascend).
     fn prune_holds(&mut self, now: Instant) {
         while let Some(&(id, _, deadline)) = self.holds.front() {

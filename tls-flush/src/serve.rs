@@ -119,9 +119,15 @@ impl Default for Settings {
     }
 }
 
+/// hyper's per-stream HTTP/2 send buffer under the wrapper (hyper's default is 400 KiB):
+/// what h2 buffers sits above the wrapper in h2's round-robin order, where a more urgent
+/// response waits behind it; the wrapper's own queue, where priority decides, holds the
+/// rest.
+pub(crate) const H2_SEND_BUFFER: usize = 128 * 1024;
+
 /// hyper's HTTP/1.1 + HTTP/2 server builder as both [`serve`] and [`serve_connection`]
-/// configure it: tokio executor, tokio timer on both protocols, the header read timeout and
-/// the HTTP/2 keep-alive.
+/// configure it: tokio executor, tokio timer on both protocols, the header read timeout,
+/// the HTTP/2 keep-alive and a per-stream send buffer of [`H2_SEND_BUFFER`].
 fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -132,7 +138,8 @@ fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.keep_alive_interval)
-        .keep_alive_timeout(settings.keep_alive_timeout);
+        .keep_alive_timeout(settings.keep_alive_timeout)
+        .max_send_buf_size(H2_SEND_BUFFER);
     builder
 }
 

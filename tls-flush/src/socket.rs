@@ -1,4 +1,4 @@
-//! Socket options the standard library and socket2 do not expose.
+//! Socket options the standard library and socket2 do not expose, and `TCP_INFO`.
 
 use std::io;
 use tokio::net::TcpStream;
@@ -35,4 +35,43 @@ pub(crate) fn set_notsent_lowat(_stream: &TcpStream, _bytes: u32) -> io::Result<
         io::ErrorKind::Unsupported,
         "TCP_NOTSENT_LOWAT",
     ))
+}
+
+/// Reads `TCP_INFO`: the fields of [`PathState`](crate::PathState).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn tcp_info(stream: &TcpStream) -> io::Result<crate::PathState> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `tcp_info` is plain old data (integers only), so all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the fd is a valid, open socket owned by `stream` for the duration of the
+    // call; `info` is a writable buffer of `len` bytes on our stack, and the kernel writes
+    // at most `len` bytes (older kernels fewer, leaving the rest zero).
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(crate::PathState {
+        cwnd: info.tcpi_snd_cwnd,
+        unacked: info.tcpi_unacked,
+        mss: info.tcpi_snd_mss,
+        notsent: info.tcpi_notsent_bytes,
+        min_rtt: std::time::Duration::from_micros(u64::from(info.tcpi_min_rtt)),
+        srtt: std::time::Duration::from_micros(u64::from(info.tcpi_rtt)),
+        delivery_rate: info.tcpi_delivery_rate,
+    })
+}
+
+/// Elsewhere `TCP_INFO` is not read; writes are not limited by it.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn tcp_info(_stream: &TcpStream) -> io::Result<crate::PathState> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_INFO"))
 }

@@ -38,6 +38,8 @@ struct Counters {
     hpack_failures: AtomicU64,
     priority_values_too_long: AtomicU64,
     bytes_read: AtomicU64,
+    tcp_info_reads: AtomicU64,
+    budget_waits: AtomicU64,
 }
 
 /// A point-in-time copy of [`ConnectionStats`].
@@ -80,6 +82,10 @@ pub struct StatsSnapshot {
     pub priority_values_too_long: u64,
     /// Bytes read from the transport (the client's plaintext).
     pub bytes_read: u64,
+    /// Times the write budget read `TCP_INFO` (about once per record on a paced path).
+    pub tcp_info_reads: u64,
+    /// Times the write budget made bulk DATA wait for TCP to send what it holds.
+    pub budget_waits: u64,
 }
 
 macro_rules! adders {
@@ -104,6 +110,8 @@ impl ConnectionStats {
         add_hpack_failure => hpack_failures,
         add_priority_value_too_long => priority_values_too_long,
         add_bytes_read => bytes_read,
+        add_tcp_info_read => tcp_info_reads,
+        add_budget_wait => budget_waits,
     }
 
     /// Records the current queue size (wire bytes, and the memory accounted for them) and
@@ -136,6 +144,8 @@ impl ConnectionStats {
             hpack_failures: c.hpack_failures.load(Relaxed),
             priority_values_too_long: c.priority_values_too_long.load(Relaxed),
             bytes_read: c.bytes_read.load(Relaxed),
+            tcp_info_reads: c.tcp_info_reads.load(Relaxed),
+            budget_waits: c.budget_waits.load(Relaxed),
         }
     }
 }

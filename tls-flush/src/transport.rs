@@ -30,6 +30,15 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
         None
     }
 
+    /// What TCP reports about the path now, read before each record to size the writes
+    /// (see [`PathState`](crate::PathState)); `None` when unknown (no TCP socket, or an OS
+    /// without `TCP_INFO`), and then writes are not limited by it. A test transport may
+    /// report a congestion window of its own.
+    fn path_state(&self) -> Option<crate::PathState> {
+        self.tcp_stream()
+            .and_then(|tcp| crate::socket::tcp_info(tcp).ok())
+    }
+
     /// Ready when the socket underneath can take more bytes. The wrapper picks the next
     /// frames only then, so that they are chosen as late as possible.
     fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -193,9 +193,10 @@ impl WritePath {
             return false;
         }
         // Past the soft limit, up to the hard limit, what would be sent ahead of the queue
-        // gets in; and so does less urgent DATA while more urgent DATA is queued: refusing it
-        // would block h2 on it, and h2 interleaves the streams, so the more urgent stream's
-        // next frames would wait behind it (after a PRIORITY_UPDATE raised a stream, say).
+        // gets in; and so does less urgent DATA while more urgent DATA is queued or its
+        // response is expected: refusing it would block h2 on it, and h2 interleaves the
+        // streams, so the more urgent stream's frames would wait behind it (after a
+        // PRIORITY_UPDATE raised a stream, or a late urgent request, say).
         if header.kind != frame::DATA {
             return true;
         }
@@ -203,6 +204,11 @@ impl WritePath {
             return false;
         }
         let urgency = priorities.effective(header.stream_id).urgency;
+        // A more urgent stream is open: h2 may have its frames queued behind this one, and
+        // refusing this one would keep them there until the queue drained to the soft limit.
+        if priorities.more_urgent_open(urgency) {
+            return true;
+        }
         let ahead = self
             .scheduler
             .least_urgent_queued(priorities)

@@ -319,12 +319,11 @@ fn shutdown_delivers_data_held_for_an_urgent_response() {
     match_frames(&input, &out).unwrap();
 }
 
-/// Past the soft limit, `scheduled` refuses more bulk DATA while only bulk is queued (the
-/// write is `Pending`, nothing of it taken), still admits DATA of a stream more urgent than
-/// the least urgent queued one, then admits bulk DATA again while more urgent DATA is queued
-/// (refusing it would block h2, which interleaves streams, in front of the urgent stream's
-/// next frames), and, the transport having been blocked before the first write, sends all
-/// urgent DATA before any bulk DATA.
+/// Past the soft limit, `scheduled` admits bulk DATA while a more urgent stream is open (h2
+/// interleaves streams, so refusing it would block the urgent stream's frames behind it in
+/// h2), admits the urgent DATA, and, the transport having been blocked before the first
+/// write, sends all urgent DATA before any bulk DATA. Without a more urgent stream open,
+/// bulk DATA past the soft limit is refused (`bulk_is_refused_past_the_soft_limit`).
 #[test]
 fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
@@ -354,12 +353,18 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
         input.push(f);
         k += 1;
     }
-    // Bulk DATA is refused past it while only bulk is queued ...
-    let early = data(1, k, 4000, false).encode();
-    let refused = h
-        .poll_once("poll_write", |s, cx| s.poll_write(cx, &early))
+    // Bulk DATA is admitted past it while the u=0 stream is open ...
+    let early = data(1, k, 4000, false);
+    let bytes = early.encode();
+    let taken = h
+        .poll_once("poll_write", |s, cx| s.poll_write(cx, &bytes))
         .unwrap();
-    assert!(refused.is_pending(), "bulk DATA admitted: {refused:?}");
+    assert!(
+        matches!(taken, std::task::Poll::Ready(Ok(n)) if n == bytes.len()),
+        "bulk DATA refused while a more urgent stream is open: {taken:?}"
+    );
+    input.push(early);
+    k += 1;
     // ... urgent DATA is admitted past it ...
     for j in 0..3 {
         let f = data(3, j, 4000, j == 2);
@@ -395,6 +400,38 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     let s = h.stats();
     assert!(s.data_frames_reordered > 0);
     assert!(s.queued_bytes_high_water as usize <= hard);
+}
+
+/// Past the soft limit, with no stream more urgent than the queued bulk open, `scheduled`
+/// refuses more bulk DATA: the write is `Pending` and nothing of it is taken.
+#[test]
+fn bulk_is_refused_past_the_soft_limit() {
+    let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=5, i"))]);
+    let soft = 40 * 1024;
+    let mut h = Harness::new(
+        FlushConfig::for_policy(Policy::Scheduled)
+            .announce_no_rfc7540_priorities(false)
+            .soft_limit(soft)
+            .hard_limit(128 * 1024),
+        Wire::open(Buffering::Off, client),
+    );
+    h.read_all_client().unwrap();
+    h.set_blocked(true);
+    absorb_frame(
+        &mut h,
+        &Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+    )
+    .unwrap();
+    let mut k = 0;
+    while h.stats().queued_bytes as usize + 128 * (k + 2) + 4009 <= soft {
+        absorb_frame(&mut h, &data(1, k, 4000, false)).unwrap();
+        k += 1;
+    }
+    let next = data(3, 0, 4000, false).encode();
+    let refused = h
+        .poll_once("poll_write", |s, cx| s.poll_write(cx, &next))
+        .unwrap();
+    assert!(refused.is_pending(), "bulk DATA admitted: {refused:?}");
 }
 
 /// A write refused over the soft limit is `Pending` (nothing of it taken) while the queue

@@ -9,7 +9,10 @@
 //! - a short record of bulk DATA waits at most one turn of the task scheduler for the next
 //!   frame (cork), and only when the caller flushes ([`Drive::Flush`]);
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
-//!   [`Drive::Drain`] holds nothing.
+//!   [`Drive::Drain`] holds nothing;
+//! - a record starts only within the write budget ([`crate::path`]): bulk DATA waits on a
+//!   timer while TCP still holds enough, and the record is no longer than a small
+//!   congestion window can send at once.
 
 use std::io;
 use std::pin::Pin;
@@ -19,8 +22,10 @@ use std::time::Instant;
 use super::WritePath;
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
+use crate::path::{Allowance, WriteBudget};
 use crate::priorities::StreamPriorities;
 use crate::scheduler::QueuedFrame;
+use crate::timer::Timer;
 use crate::transport::Transport;
 
 /// What the caller of [`WritePath::drive`] wants done now.
@@ -67,8 +72,16 @@ pub(super) struct RecordWriter {
     hold_until: Option<Instant>,
     /// The unit whose bytes are being copied into chunks, how far, and whether it is bulk.
     pub(super) current: Option<(QueuedFrame, usize, bool)>,
+    /// The chunk holds bulk DATA bytes.
+    holds_bulk: bool,
     sent_since_idle: u64,
     last_write: Option<Instant>,
+    budget: WriteBudget,
+    /// The next record's size as the write budget allows (`None`: the record target).
+    record_cap: Option<usize>,
+    /// Bulk DATA waits until then for TCP to send what it holds.
+    paced_until: Option<Instant>,
+    pace_timer: Timer,
 }
 
 impl Default for RecordWriter {
@@ -81,8 +94,13 @@ impl Default for RecordWriter {
             },
             hold_until: None,
             current: None,
+            holds_bulk: false,
             sent_since_idle: 0,
             last_write: None,
+            budget: WriteBudget::default(),
+            record_cap: None,
+            paced_until: None,
+            pace_timer: Timer::default(),
         }
     }
 }
@@ -96,8 +114,9 @@ impl RecordWriter {
         }
     }
 
+    /// True while DATA waits on a timer: held for an urgent response, or paced.
     pub(super) fn is_holding(&self) -> bool {
-        self.hold_until.is_some()
+        self.hold_until.is_some() || self.paced_until.is_some()
     }
 
     fn seal(&mut self, cut: bool) {
@@ -110,6 +129,7 @@ impl RecordWriter {
         self.sent_since_idle += len as u64;
         self.last_write = Some(Instant::now());
         self.chunk.clear();
+        self.holds_bulk = false;
         self.state = if cut { State::Flushing } else { Self::fresh() };
         len
     }
@@ -129,6 +149,9 @@ enum Filled {
     AsFarAsPossible,
     /// An urgent unit just completed: the record must end here.
     Cut,
+    /// An urgent DATA frame is next: the record ends before it, so that the urgent frame
+    /// starts a record of its own and does not wait for a less urgent record's tail.
+    BeforeUrgent,
     /// Less urgent DATA is next and held for an urgent response.
     Held,
 }
@@ -177,6 +200,9 @@ impl WritePath {
                 // Decide what goes next only when the socket can take it, so that a frame
                 // arriving meanwhile still competes.
                 ready!(io.poll_write_ready(cx))?;
+                if self.paced(cx, io, config, priorities, mode) {
+                    return Poll::Ready(Ok(()));
+                }
             }
             match self.fill_chunk(config, priorities, mode) {
                 Filled::Held => {
@@ -199,6 +225,7 @@ impl WritePath {
                     );
                     self.writer.seal(true);
                 }
+                Filled::BeforeUrgent => self.writer.seal(false),
                 Filled::AsFarAsPossible if self.writer.chunk.len() >= self.target(config) => {
                     self.writer.seal(false);
                 }
@@ -278,7 +305,90 @@ impl WritePath {
     }
 
     fn target(&self, config: &FlushConfig) -> usize {
-        config.record_target(self.writer.sent_since_idle)
+        let target = config.record_target(self.writer.sent_since_idle);
+        self.writer.record_cap.map_or(target, |cap| target.min(cap))
+    }
+
+    /// Before a record starts: asks the write budget. True when bulk DATA must wait (the
+    /// timer will wake the task); otherwise the next record's size is capped as allowed.
+    fn paced<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &T,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> bool {
+        if !self.writer.chunk.is_empty() {
+            return false;
+        }
+        self.writer.record_cap = None;
+        self.writer.paced_until = None;
+        if !config.write_budget || mode == Drive::Drain {
+            return false;
+        }
+        let Some(state) = io.path_state() else {
+            return false;
+        };
+        self.stats.add_tcp_info_read(1);
+        // The budget's margin is a full record even while dynamic sizes are still ramping:
+        // a smaller one would leave TCP idle between timer ticks. `target` applies the
+        // ramp on top of the cap.
+        let target = config.record_target(u64::MAX);
+        let available = self.scheduler.queued_bytes()
+            + self
+                .writer
+                .current
+                .as_ref()
+                .map_or(0, |(f, at, _)| f.bytes.len() - at);
+        let urgent = !self.next_is_bulk(config, priorities);
+        let now = Instant::now();
+        match self
+            .writer
+            .budget
+            .allowance(&state, target, available, urgent, now)
+        {
+            Allowance::Record(n) => {
+                self.writer.record_cap = Some(n);
+                false
+            }
+            Allowance::Wait(wait) => {
+                let until = now + wait;
+                self.stats.add_budget_wait(1);
+                if self.writer.pace_timer.poll_until(cx, until).is_ready() {
+                    // Too short to sleep on: go on.
+                    return false;
+                }
+                self.writer.paced_until = Some(until);
+                true
+            }
+        }
+    }
+
+    /// True when the chunk holds bulk bytes and the next unit is urgent DATA.
+    fn urgent_data_next(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+    ) -> bool {
+        let Some(cut) = config.urgent_cut else {
+            return false;
+        };
+        self.writer.holds_bulk
+            && self
+                .scheduler
+                .next_data_urgency(priorities)
+                .is_some_and(|u| u <= cut.max_urgency)
+    }
+
+    /// True when the next unit is bulk DATA (what the write budget may make wait).
+    fn next_is_bulk(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
+        if let Some((_, _, bulk)) = &self.writer.current {
+            return *bulk;
+        }
+        self.scheduler
+            .next_data_urgency(priorities)
+            .is_some_and(|u| config.urgent_cut.is_none_or(|cut| u > cut.max_urgency))
     }
 
     /// Copies scheduled bytes into the chunk, up to the record target.
@@ -303,6 +413,9 @@ impl WritePath {
                     if self.hold_for_urgent(config, priorities, mode) {
                         return Filled::Held;
                     }
+                    if self.urgent_data_next(config, priorities) {
+                        return Filled::BeforeUrgent;
+                    }
                     match self.next_unit(config, priorities) {
                         Some(next) => next,
                         None => return Filled::AsFarAsPossible,
@@ -310,6 +423,7 @@ impl WritePath {
                 }
             };
             let w = &mut self.writer;
+            w.holds_bulk |= bulk;
             if let State::Building { bulk_only, waited } = w.state {
                 w.state = State::Building {
                     bulk_only: bulk_only && bulk,

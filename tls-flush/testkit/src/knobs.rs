@@ -99,10 +99,10 @@ impl Knobs {
             .map_or(MAX_RECORD, |n| n.saturating_sub(5).clamp(1, MAX_RECORD))
     }
 
-    /// Whether records are cut after urgent frames (every preset but `dynamic`).
+    /// Whether records are cut after urgent frames (every preset, unless switched off).
     pub fn has_urgent_cut(&self) -> bool {
         match self.urgent_cut {
-            None => self.policy != Policy::Dynamic,
+            None => true,
             Some(cut) => cut.is_some(),
         }
     }

@@ -1,0 +1,200 @@
+//! What TCP reports about the path, and the write budget the wrapper derives from it.
+//!
+//! Bytes handed to the kernel can no longer be reordered, so the wrapper gives it only
+//! what TCP can send soon (h2o's latency optimisation, generalised). Before it starts a
+//! record it reads the socket's state ([`PathState`], from Linux `TCP_INFO`) and:
+//!
+//! - keeps the kernel's unsent bytes to about one record beyond what the congestion window
+//!   lets TCP send now (`(cwnd - unacked) x MSS`);
+//! - once the path's rate is known, keeps the bytes in flight plus the unsent ones near a
+//!   small multiple of the bandwidth-delay product (`max delivery rate x min RTT`): twice
+//!   it while the rate is still growing (as BBR's startup does), 1.25 times once it stopped
+//!   growing for three round trips, so a deep bottleneck queue does not fill with less
+//!   urgent bytes under a loss-based congestion control (cubic fills a 1,000-packet queue);
+//! - while the congestion window is small (under four full records), sizes records to what
+//!   the window can send now, at least one segment's payload, so that a record never
+//!   straddles the window's edge (its tail a round trip behind its head).
+//!
+//! Invariants: on a path whose minimum RTT is under [`MIN_PACED_RTT`] (loopback, a LAN) or
+//! without `TCP_INFO`, nothing is limited; a wait is never shorter than a millisecond nor
+//! longer than the minimum RTT, and it is a timer, not a self-wake.
+
+use std::time::{Duration, Instant};
+
+/// Linux `TCP_INFO`, the fields the write budget reads.
+///
+/// ```
+/// let state = tls_flush::PathState {
+///     cwnd: 10,
+///     unacked: 4,
+///     mss: 1448,
+///     notsent: 0,
+///     min_rtt: std::time::Duration::from_millis(20),
+///     srtt: std::time::Duration::from_millis(21),
+///     delivery_rate: 0,
+/// };
+/// assert_eq!(state.window_bytes(), 6 * 1448);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PathState {
+    /// Congestion window, in segments (`tcpi_snd_cwnd`).
+    pub cwnd: u32,
+    /// Segments sent and not yet acknowledged (`tcpi_unacked`).
+    pub unacked: u32,
+    /// Payload bytes per segment (`tcpi_snd_mss`).
+    pub mss: u32,
+    /// Bytes written to the socket and not yet sent (`tcpi_notsent_bytes`).
+    pub notsent: u32,
+    /// Lowest round-trip time seen (`tcpi_min_rtt`); zero when not measured yet.
+    pub min_rtt: Duration,
+    /// Smoothed round-trip time (`tcpi_rtt`): above `min_rtt` by the queue the path holds.
+    /// Reported, not used by the budget: it lags, and ending the startup gain on it cost
+    /// throughput in the lab.
+    pub srtt: Duration,
+    /// Latest delivery rate sample in bytes per second (`tcpi_delivery_rate`); zero when
+    /// none yet.
+    pub delivery_rate: u64,
+}
+
+impl PathState {
+    /// Bytes the congestion window lets TCP send now.
+    pub fn window_bytes(&self) -> usize {
+        self.cwnd.saturating_sub(self.unacked) as usize * self.mss as usize
+    }
+
+    /// Bytes sent and not yet acknowledged.
+    pub fn in_flight_bytes(&self) -> usize {
+        self.unacked as usize * self.mss as usize
+    }
+}
+
+/// Paths with a shorter minimum RTT are not paced: their queues drain faster than a timer
+/// tick, and a tick would cost more throughput than the queue costs latency.
+pub const MIN_PACED_RTT: Duration = Duration::from_millis(1);
+
+/// Plaintext bytes a TLS 1.3 record adds on the wire (header 5, content type 1, AEAD tag
+/// 16): a record of one segment carries `mss - 22` bytes of payload.
+const RECORD_OVERHEAD: usize = 22;
+
+/// The in-flight cap while the delivery rate is still growing, and once it stopped (in
+/// percent of the bandwidth-delay product).
+const STARTUP_GAIN: u64 = 200;
+const STEADY_GAIN: u64 = 125;
+/// Rounds without the rate growing by a quarter after which the pipe counts as full.
+const FULL_PIPE_ROUNDS: u8 = 3;
+
+/// What the budget allows before the next record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Allowance {
+    /// Write a record of at most this many plaintext bytes.
+    Record(usize),
+    /// Write nothing now; look again after this long.
+    Wait(Duration),
+}
+
+/// Tracks the path's rate across reads of [`PathState`] and turns each read into an
+/// [`Allowance`].
+#[derive(Debug, Default)]
+pub(crate) struct WriteBudget {
+    max_rate: u64,
+    /// The start of the current round (one minimum RTT) and the highest rate before it.
+    round: Option<(Instant, u64)>,
+    /// Rounds in a row in which the rate grew by less than a quarter.
+    flat_rounds: u8,
+}
+
+impl WriteBudget {
+    /// The allowance for the next record: `target` is the record size the writer aims at,
+    /// `available` what is queued for it. An `urgent` record (it starts with anything but
+    /// bulk DATA) never waits: what is ahead of it in the kernel leaves first anyway, and
+    /// waiting would only leave the link idle.
+    pub(crate) fn allowance(
+        &mut self,
+        s: &PathState,
+        target: usize,
+        available: usize,
+        urgent: bool,
+        now: Instant,
+    ) -> Allowance {
+        let mut record = target.max(1);
+        if s.mss == 0 || s.min_rtt < MIN_PACED_RTT {
+            return Allowance::Record(record);
+        }
+        self.observe_rate(s, now);
+        let mss = s.mss as usize;
+        let notsent = s.notsent as usize;
+        // A small window: records of what it can send now (at least one segment), so none
+        // straddles its edge, and the kernel's margin is that record, not a full one.
+        let small_window = (s.cwnd as usize * mss) < 4 * target;
+        let margin = if small_window {
+            let sendable = s.window_bytes().saturating_sub(notsent).max(mss);
+            record = record.min(sendable - RECORD_OVERHEAD.min(sendable - 1));
+            record
+        } else {
+            target
+        };
+        if urgent {
+            return Allowance::Record(record);
+        }
+        // The kernel keeps at most about one record beyond what it can send now.
+        let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
+        // What is in flight and unsent stays near gain x BDP (plus a record's slack).
+        let pipe = match self.cap(s) {
+            Some(cap) => (cap + target).saturating_sub(s.in_flight_bytes() + notsent),
+            None => usize::MAX,
+        };
+        let allowed = kernel.min(pipe);
+        // Less than a record queued needs room for what is queued only; the record may
+        // still fill up while it is built.
+        let needed = record.min(available.max(1));
+        if allowed >= needed {
+            return Allowance::Record(record);
+        }
+        Allowance::Wait(self.wait_for(needed - allowed, s))
+    }
+
+    fn observe_rate(&mut self, s: &PathState, now: Instant) {
+        self.max_rate = self.max_rate.max(s.delivery_rate);
+        match self.round {
+            None => self.round = Some((now, self.max_rate)),
+            Some((start, before)) if now.saturating_duration_since(start) >= s.min_rtt => {
+                if self.max_rate * 4 >= before * 5 {
+                    self.flat_rounds = 0;
+                } else {
+                    self.flat_rounds = self.flat_rounds.saturating_add(1);
+                }
+                self.round = Some((now, self.max_rate));
+            }
+            Some(_) => {}
+        }
+    }
+
+    /// The cap on bytes in flight plus unsent, once a rate was measured.
+    fn cap(&self, s: &PathState) -> Option<usize> {
+        if self.max_rate == 0 {
+            return None;
+        }
+        let gain = if self.flat_rounds >= FULL_PIPE_ROUNDS {
+            STEADY_GAIN
+        } else {
+            STARTUP_GAIN
+        };
+        let bdp = self.max_rate as u128 * s.min_rtt.as_micros() / 1_000_000;
+        Some((bdp * u128::from(gain) / 100).min(usize::MAX as u128) as usize)
+    }
+
+    /// How long `deficit` bytes take to drain at the path's rate, within [1 ms, min RTT].
+    fn wait_for(&self, deficit: usize, s: &PathState) -> Duration {
+        let rate = if self.max_rate > 0 {
+            self.max_rate
+        } else {
+            let window = s.cwnd as u128 * s.mss as u128;
+            (window * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64
+        };
+        let secs = deficit as f64 / rate.max(1) as f64;
+        Duration::from_secs_f64(secs).clamp(Duration::from_millis(1), s.min_rtt)
+    }
+}
+
+#[cfg(test)]
+mod tests;

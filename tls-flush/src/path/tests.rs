@@ -1,0 +1,137 @@
+//! The write budget from recorded `TCP_INFO` values: a 20 ms, 20 Mbit/s path (MSS 1448,
+//! delivery rate 2.5 MB/s once measured) and loopback.
+
+use super::*;
+
+const RECORD: usize = 16384;
+const MSS: u32 = 1448;
+
+fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState {
+    PathState {
+        cwnd,
+        unacked,
+        mss: MSS,
+        notsent,
+        min_rtt: Duration::from_millis(20),
+        srtt: Duration::from_millis(21),
+        delivery_rate,
+    }
+}
+
+#[test]
+fn loopback_and_unknown_paths_are_not_limited() {
+    let mut budget = WriteBudget::default();
+    let loopback = PathState {
+        cwnd: 10,
+        unacked: 10,
+        mss: 65483,
+        notsent: 4_000_000,
+        min_rtt: Duration::from_micros(30),
+        srtt: Duration::from_micros(40),
+        delivery_rate: 5_000_000_000,
+    };
+    let now = Instant::now();
+    assert_eq!(
+        budget.allowance(&loopback, RECORD, RECORD, false, now),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(
+        budget.allowance(&PathState::default(), RECORD, RECORD, false, now),
+        Allowance::Record(RECORD)
+    );
+}
+
+#[test]
+fn the_first_flight_gets_records_that_fit_the_initial_window() {
+    let mut budget = WriteBudget::default();
+    // Right after the handshake: 10 segments, nothing in flight, no rate sample yet.
+    let a = budget.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, Instant::now());
+    assert_eq!(a, Allowance::Record(10 * 1448 - RECORD_OVERHEAD));
+    // Window used up: one segment's record keeps the ACK clock going, no more.
+    let a = budget.allowance(&path(10, 10, 0, 0), RECORD, RECORD, false, Instant::now());
+    assert_eq!(a, Allowance::Record(1448 - RECORD_OVERHEAD));
+    // ... and nothing while a segment is already waiting unsent.
+    let a = budget.allowance(
+        &path(10, 10, 1448, 0),
+        RECORD,
+        RECORD,
+        false,
+        Instant::now(),
+    );
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+}
+
+#[test]
+fn the_kernel_holds_about_one_record_beyond_the_window() {
+    let mut budget = WriteBudget::default();
+    let now = Instant::now();
+    // 200-segment window, 190 in flight: 14,480 bytes sendable now.
+    assert_eq!(
+        budget.allowance(&path(200, 190, 0, 0), RECORD, RECORD, false, now),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(
+        budget.allowance(&path(200, 190, 14_480, 0), RECORD, RECORD, false, now),
+        Allowance::Record(RECORD),
+        "exactly one record beyond the window"
+    );
+    let a = budget.allowance(&path(200, 190, 20_000, 0), RECORD, RECORD, false, now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // A short record (less queued) needs less room.
+    assert_eq!(
+        budget.allowance(&path(200, 190, 20_000, 0), RECORD, 4096, false, now),
+        Allowance::Record(RECORD)
+    );
+}
+
+#[test]
+fn in_flight_stays_near_the_bandwidth_delay_product() {
+    let mut budget = WriteBudget::default();
+    let t0 = Instant::now();
+    let rate = 2_500_000; // 20 Mbit/s: BDP 50,000 bytes at 20 ms
+                          // cubic's window has grown to 400 segments; 60 are in flight: under 2 x BDP.
+    assert_eq!(
+        budget.allowance(&path(400, 60, 0, rate), RECORD, RECORD, false, t0),
+        Allowance::Record(RECORD)
+    );
+    // 90 in flight (130,320 bytes) > 2 x BDP + a record - RECORD: wait, about the time the
+    // excess takes to drain, at least 1 ms.
+    let Allowance::Wait(wait) =
+        budget.allowance(&path(400, 90, 0, rate), RECORD, RECORD, false, t0)
+    else {
+        panic!("over twice the BDP in flight must wait");
+    };
+    assert!(wait >= Duration::from_millis(1) && wait <= Duration::from_millis(20));
+    // Urgent bytes never wait.
+    assert_eq!(
+        budget.allowance(&path(400, 90, 0, rate), RECORD, 4096, true, t0),
+        Allowance::Record(RECORD)
+    );
+    // Three round trips without the rate growing by a quarter: the cap drops to 1.25 x BDP.
+    for round in 1..=3 {
+        let now = t0 + Duration::from_millis(21 * round);
+        budget.allowance(&path(400, 10, 0, rate), RECORD, RECORD, false, now);
+    }
+    let now = t0 + Duration::from_millis(100);
+    assert!(matches!(
+        budget.allowance(&path(400, 40, 0, rate), RECORD, RECORD, false, now),
+        Allowance::Record(RECORD)
+    ));
+    let a = budget.allowance(&path(400, 50, 0, rate), RECORD, RECORD, false, now);
+    assert!(
+        matches!(a, Allowance::Wait(_)),
+        "72,400 in flight > 1.25 x 50,000 + a record - a record: {a:?}"
+    );
+}
+
+#[test]
+fn a_growing_rate_keeps_the_startup_gain() {
+    let mut budget = WriteBudget::default();
+    let t0 = Instant::now();
+    for round in 0..6u32 {
+        let now = t0 + Duration::from_millis(21 * u64::from(round));
+        let rate = 500_000u64 << round; // doubling every round
+        budget.allowance(&path(400, 10, 0, rate), RECORD, RECORD, false, now);
+    }
+    assert_eq!(budget.flat_rounds, 0);
+}
