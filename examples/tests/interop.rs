@@ -11,6 +11,7 @@
 //! `RUST_LOG=info,examples=debug`). Run with `-- --nocapture` to see what each tool
 //! reported (versions, req/s, counters).
 
+#[macro_use]
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -566,27 +567,6 @@ async fn python_priority_update(name: &'static str) {
             "beyond the bound, and for finished streams: {ctx}"
         );
     }
-}
-
-macro_rules! for_both {
-    ($($test:ident),* $(,)?) => {
-        mod axum {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    super::$test("axum").await
-                }
-            )*
-        }
-        mod hyper {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    super::$test("hyper").await
-                }
-            )*
-        }
-    };
 }
 
 for_both!(curl, nghttp, h2load, python_priority_update);

@@ -13,14 +13,7 @@ use http::StatusCode;
 use serve_support::*;
 use tls_flush::FlushConfig;
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-
-async fn listener() -> (TcpListener, std::net::SocketAddr) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    (listener, addr)
-}
+use tokio::net::TcpStream;
 
 /// The signal fires while a 1 MiB response is stalled on flow control: new connections are
 /// refused, the server keeps running until the response is complete (byte-exact), then the
@@ -29,25 +22,19 @@ async fn listener() -> (TcpListener, std::net::SocketAddr) {
 async fn graceful_shutdown_completes_the_response_in_flight() {
     let (acceptor, client) = tls_pair();
     let (listener, addr) = listener().await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let (stop, server) = spawn_until_stopped(tls_flush::serve(
+        listener,
+        acceptor,
+        FlushConfig::default(),
+        app(),
+    ));
 
     // Default 64 KiB windows and no capacity released: the download stalls mid-body.
     let mut c = h2_connect(addr, client.clone(), Some(65_535)).await;
     let res = c.request("/big").await;
     assert_eq!(res.status(), StatusCode::OK);
     let mut body = res.into_body();
-    let mut got = Vec::new();
-    while got.len() < 32 * 1024 {
-        let chunk = within("first DATA", body.data()).await.unwrap().unwrap();
-        got.extend_from_slice(&chunk);
-    }
+    let mut got = read_unreleased(&mut body, 32 * 1024).await;
     assert!(got.len() < BIG_LEN, "the response must still be in flight");
 
     stop.send(()).unwrap();
@@ -77,7 +64,7 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
     );
 
     body.flow_control().release_capacity(got.len()).unwrap();
-    got.extend(within("rest of /big", read_all(&mut body)).await);
+    got.extend(within("rest of /big", read_all(&mut body, usize::MAX)).await);
     assert_pattern(&got, BIG_LEN, "/big across the shutdown");
 
     let result = within("serve future", server).await.unwrap();
@@ -95,14 +82,12 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
 async fn graceful_shutdown_drops_connections_in_their_handshake() {
     let (acceptor, _) = tls_pair();
     let (listener, addr) = listener().await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let (stop, server) = spawn_until_stopped(tls_flush::serve(
+        listener,
+        acceptor,
+        FlushConfig::default(),
+        app(),
+    ));
     // Connected and accepted, but no ClientHello (the default handshake timeout is 10 s).
     let mut silent = TcpStream::connect(addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -191,7 +176,7 @@ async fn idle_connections_are_closed_busy_ones_are_not() {
     let download = busy.request("/trickle").await;
     assert_eq!(download.status(), StatusCode::OK);
     let mut download = download.into_body();
-    let download = tokio::spawn(async move { read_all(&mut download).await });
+    let download = tokio::spawn(async move { read_all(&mut download, usize::MAX).await });
 
     let mut idle = h2_connect(addr, client.clone(), None).await;
     let (status, body) = idle.get("/small").await;

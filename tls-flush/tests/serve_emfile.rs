@@ -6,7 +6,6 @@
 mod serve_support;
 
 use std::fs::File;
-use std::future::IntoFuture;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,8 +13,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serve_support::*;
 use tls_flush::FlushConfig;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::net::TcpStream;
 
 /// The log lines written by the `tracing` subscriber, in memory (no file descriptor needed).
 #[derive(Clone, Default)]
@@ -78,16 +76,13 @@ async fn accept_survives_running_out_of_file_descriptors() {
         .init();
 
     let (acceptor, client) = tls_pair();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let (listener, addr) = listener().await;
+    let (stop, server) = spawn_until_stopped(tls_flush::serve(
+        listener,
+        acceptor,
+        FlushConfig::default(),
+        app(),
+    ));
     // The server works before.
     let mut before = h2_connect(addr, client.clone(), None).await;
     assert_eq!(before.get("/small").await.0, StatusCode::OK);

@@ -26,20 +26,40 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+// The h2 client's handshake, body readers and timeouts, shared with tls-flush's serve tests.
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use tls_flush_testkit::h2_client::{h2_handshake, read_all, read_unreleased, within};
+
+/// `for_both!(a, b)` defines tests `axum::a`, `hyper::a`, `axum::b`, ...: each runs the
+/// crate-level `async fn a(name)` against the example server `name`.
+// Not every test binary has tests for both servers.
+#[allow(unused_macros)]
+macro_rules! for_both {
+    ($($test:ident),* $(,)?) => {
+        mod axum {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test("axum").await
+                }
+            )*
+        }
+        mod hyper {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test("hyper").await
+                }
+            )*
+        }
+    };
+}
+
 /// Every `--policy` value: `stock` (hyper + rustls without the wrapper), then every
 /// `tls_flush::Policy`.
 pub fn policies() -> impl Iterator<Item = &'static str> {
     std::iter::once(examples::cli::STOCK).chain(tls_flush::Policy::ALL.map(tls_flush::Policy::name))
-}
-
-/// Bound for anything a test waits on.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Awaits `fut` or panics after [`TIMEOUT`].
-pub async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(TIMEOUT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
 /// Path of a built example binary: the test executable is
@@ -296,16 +316,7 @@ pub async fn h2_connect(
     let (_, conn) = tls.get_ref();
     assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
     let peer_cert = conn.peer_certificates().unwrap()[0].clone().into_owned();
-    let mut builder = h2::client::Builder::new();
-    match window {
-        Some(w) => builder.initial_window_size(w),
-        None => builder
-            .initial_window_size(8 << 20)
-            .initial_connection_window_size(32 << 20),
-    };
-    let (send, connection) = within("h2 handshake", builder.handshake(tls))
-        .await
-        .expect("h2 handshake");
+    let (send, connection) = h2_handshake(tls, window).await;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -365,25 +376,6 @@ impl H2 {
             body,
         }
     }
-}
-
-/// Reads up to `limit` bytes (at least, whole frames) or to the end, releasing flow-control
-/// capacity as it goes.
-pub async fn read_all(body: &mut h2::RecvStream, limit: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    while out.len() < limit {
-        match body.data().await {
-            Some(chunk) => {
-                let chunk = chunk.expect("h2 DATA");
-                body.flow_control()
-                    .release_capacity(chunk.len())
-                    .expect("release capacity");
-                out.extend_from_slice(&chunk);
-            }
-            None => break,
-        }
-    }
-    out
 }
 
 /// Asserts that `body` is exactly the first `len` pattern bytes, comparing SHA-256 digests
