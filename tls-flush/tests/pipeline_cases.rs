@@ -21,6 +21,29 @@ use tls_flush_testkit::{
 };
 use tokio::io::AsyncWrite;
 
+/// `policy`'s preset with the announcement off, so that the output can be compared with
+/// the input frame for frame.
+fn preset(policy: Policy) -> FlushConfig {
+    FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false)
+}
+
+/// A harness that has read the client's bytes (its requests, with their priorities).
+fn started(config: FlushConfig, wire: Wire) -> Harness {
+    let mut h = Harness::new(config, wire);
+    h.read_all_client().unwrap();
+    h
+}
+
+/// h2's last flush settled and the stream shut down: the output frames, each matched to
+/// its index in `input` (every frame delivered exactly once, per stream in order).
+fn delivered(h: &mut Harness, input: &[Frame]) -> (Vec<Frame>, Vec<usize>) {
+    h.settle().unwrap();
+    h.shutdown().unwrap();
+    let out = parse_frames(&h.output()).unwrap();
+    let perm = match_frames(input, &out).unwrap();
+    (out, perm)
+}
+
 /// Offers one frame in a single `poll_write`, expecting it to be absorbed at once.
 fn absorb_frame(h: &mut Harness, f: &Frame) -> Result<(), String> {
     let bytes = f.encode();
@@ -47,8 +70,7 @@ struct Outcome {
 fn absorbed_while_blocked(stale_readiness: bool) -> Result<Outcome, String> {
     let client =
         client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=5, i")), (5, Some("u=0"))]);
-    let mut config =
-        FlushConfig::for_policy(Policy::Scheduled).announce_no_rfc7540_priorities(false);
+    let mut config = preset(Policy::Scheduled);
     if stale_readiness {
         config = config.anticipate(None);
     }
@@ -107,6 +129,28 @@ fn absorbed_while_blocked(stale_readiness: bool) -> Result<Outcome, String> {
     })
 }
 
+impl Outcome {
+    /// What both property (8) tests require besides their order: header blocks in h2's
+    /// order, the overtaking counted, every frame delivered and nothing left queued.
+    fn assert_reordered_and_delivered(&self) {
+        let blocks: Vec<u32> = self
+            .out
+            .iter()
+            .filter(|f| f.kind == HEADERS)
+            .map(|f| f.stream())
+            .collect();
+        assert_eq!(blocks, vec![1, 3, 5]);
+        let stats = &self.stats;
+        assert!(stats.data_frames_reordered > 0, "{stats:?}");
+        assert_eq!(stats.queued_bytes, 0);
+        assert_eq!(
+            stats.bytes_written,
+            self.input.iter().map(Frame::wire_len).sum::<usize>() as u64
+        );
+        assert_eq!(self.perm.len(), self.input.len());
+    }
+}
+
 fn positions(out: &[Frame], pred: impl Fn(&Frame) -> bool) -> Vec<usize> {
     (0..out.len()).filter(|&p| pred(&out[p])).collect()
 }
@@ -118,12 +162,8 @@ fn positions(out: &[Frame], pred: impl Fn(&Frame) -> bool) -> Vec<usize> {
 /// `data_frames_reordered` counts the overtaking.
 #[test]
 fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed() {
-    let Outcome {
-        input,
-        out,
-        perm,
-        stats,
-    } = absorbed_while_blocked(false).unwrap();
+    let o = absorbed_while_blocked(false).unwrap();
+    let out = &o.out;
     let data = positions(&out, Frame::is_data);
     let first_data = data[0];
     for p in positions(&out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
@@ -142,19 +182,7 @@ fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed()
         last_urgent < first_bulk,
         "u=0 DATA output at #{last_urgent} after u=5 DATA at #{first_bulk}; output order: {out:?}"
     );
-    let blocks: Vec<u32> = out
-        .iter()
-        .filter(|f| f.kind == HEADERS)
-        .map(|f| f.stream())
-        .collect();
-    assert_eq!(blocks, vec![1, 3, 5]);
-    assert!(stats.data_frames_reordered > 0, "{stats:?}");
-    assert_eq!(stats.queued_bytes, 0);
-    assert_eq!(
-        stats.bytes_written,
-        input.iter().map(Frame::wire_len).sum::<usize>() as u64
-    );
-    assert_eq!(perm.len(), input.len());
+    o.assert_reordered_and_delivered();
 }
 
 /// Property (8) when the readiness went stale: the transport said it was writable when h2
@@ -164,12 +192,8 @@ fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed()
 /// leave before every other DATA frame, and the `u=0` DATA before every other `u=5, i` DATA.
 #[test]
 fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
-    let Outcome {
-        input,
-        out,
-        perm,
-        stats,
-    } = absorbed_while_blocked(true).unwrap();
+    let o = absorbed_while_blocked(true).unwrap();
+    let out = &o.out;
     let data = positions(&out, Frame::is_data);
     let straddler = data[0];
     assert_eq!(
@@ -199,19 +223,7 @@ fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
         urgent.iter().all(|&u| bulk_after.iter().all(|&b| u < b)),
         "u=0 DATA behind u=5 DATA; output order: {out:?}"
     );
-    let blocks: Vec<u32> = out
-        .iter()
-        .filter(|f| f.kind == HEADERS)
-        .map(|f| f.stream())
-        .collect();
-    assert_eq!(blocks, vec![1, 3, 5]);
-    assert!(stats.data_frames_reordered > 0, "{stats:?}");
-    assert_eq!(stats.queued_bytes, 0);
-    assert_eq!(
-        stats.bytes_written,
-        input.iter().map(Frame::wire_len).sum::<usize>() as u64
-    );
-    assert_eq!(perm.len(), input.len());
+    o.assert_reordered_and_delivered();
 }
 
 /// Anticipation (`scheduled`): while a request more urgent than the next DATA has been read
@@ -234,13 +246,10 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
     let head_len = start[0].wire_len() + start[1].wire_len();
 
     // Held until the urgent response begins.
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .anticipate(Some(Duration::from_secs(600))),
+    let mut h = started(
+        preset(Policy::Scheduled).anticipate(Some(Duration::from_secs(600))),
         Wire::open(Buffering::Reported, client.clone()),
     );
-    h.read_all_client().unwrap();
     h.write_all(&encode_all(&start)).unwrap();
     for _ in 0..3 {
         h.flush().unwrap();
@@ -256,11 +265,8 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
         data(3, 0, 100, true),
     ];
     h.write_all(&encode_all(&urgent)).unwrap();
-    h.settle().unwrap();
-    h.shutdown().unwrap();
     let input: Vec<Frame> = start.iter().chain(&urgent).cloned().collect();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
     let order: Vec<(u8, u32)> = out.iter().map(|f| (f.kind, f.stream())).collect();
     assert_eq!(order[2..], [(HEADERS, 3), (DATA, 3), (DATA, 1)], "{out:?}");
@@ -269,9 +275,7 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
     // Held at most the bound.
     let bound = Duration::from_millis(50);
     let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .anticipate(Some(bound)),
+        preset(Policy::Scheduled).anticipate(Some(bound)),
         Wire::open(Buffering::Off, client),
     );
     let read_at = Instant::now();
@@ -296,13 +300,10 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
 #[test]
 fn shutdown_delivers_data_held_for_an_urgent_response() {
     let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .anticipate(Some(Duration::from_secs(600))),
+    let mut h = started(
+        preset(Policy::Scheduled).anticipate(Some(Duration::from_secs(600))),
         Wire::open(Buffering::Off, client),
     );
-    h.read_all_client().unwrap();
     let input = [
         settings_frame(0, &[]),
         Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
@@ -329,14 +330,10 @@ fn shutdown_delivers_data_held_for_an_urgent_response() {
 fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
     let (soft, hard) = (40 * 1024, 128 * 1024);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(soft)
-            .hard_limit(hard),
+    let mut h = started(
+        preset(Policy::Scheduled).soft_limit(soft).hard_limit(hard),
         Wire::open(Buffering::Off, client),
     );
-    h.read_all_client().unwrap();
     h.set_blocked(true);
     let mut input = vec![
         settings_frame(0, &[]),
@@ -381,11 +378,7 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     assert_eq!(h.stats().queued_bytes, queued + bytes.len() as u64);
     input.push(bulk);
     h.set_blocked(false);
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
     let last_urgent = *positions(&out, |f| f.is_data() && f.stream() == 3)
         .last()
@@ -411,14 +404,12 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
 #[test]
 fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
     let client = client_with_requests(&[(1, None)]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush)
-            .announce_no_rfc7540_priorities(false)
+    let mut h = started(
+        preset(Policy::EarlyFlush)
             .soft_limit(8 * 1024)
             .hard_limit(32 * 1024),
         Wire::open(Buffering::Off, client),
     );
-    h.read_all_client().unwrap();
     let mut input = vec![
         settings_frame(0, &[]),
         Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
@@ -460,10 +451,7 @@ fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
         "{taken:?}"
     );
     assert_eq!(h.output().len(), queued as usize);
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_in_order(&out, &perm).unwrap();
 }
 
@@ -480,14 +468,12 @@ fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
 #[test]
 fn refused_zero_length_frame_stays_with_the_writer_and_is_delivered_on_retry() {
     let client = client_with_requests(&[(1, None)]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush)
-            .announce_no_rfc7540_priorities(false)
+    let mut h = started(
+        preset(Policy::EarlyFlush)
             .soft_limit(8 * 1024 + 128)
             .hard_limit(32 * 1024),
         Wire::open(Buffering::Off, client),
     );
-    h.read_all_client().unwrap();
     let mut input = vec![
         settings_frame(0, &[]),
         Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
@@ -565,14 +551,10 @@ fn hard_limit_counts_an_unfinished_header_block() {
     // The soft limit leaves room for the per-frame overhead of the first DATA frames.
     let (soft, hard) = (8 * 1024 + 512, 32 * 1024);
     let client = client_with_requests(&[(1, None), (3, None)]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(soft)
-            .hard_limit(hard),
+    let mut h = started(
+        preset(Policy::Scheduled).soft_limit(soft).hard_limit(hard),
         Wire::open(Buffering::Off, client),
     );
-    h.read_all_client().unwrap();
     h.set_blocked(true);
     let mut input = vec![
         settings_frame(0, &[]),
@@ -604,10 +586,7 @@ fn hard_limit_counts_an_unfinished_header_block() {
 
     h.set_blocked(false);
     h.write_all(&encode_all(&input[done..])).unwrap();
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
     let s = h.stats();
     assert!(
@@ -625,14 +604,10 @@ fn hard_limit_counts_an_unfinished_header_block() {
 /// bounding the queue by the hard limit plus one header block.
 #[test]
 fn header_block_larger_than_the_hard_limit_is_delivered() {
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(1024)
-            .hard_limit(4096),
+    let mut h = started(
+        preset(Policy::Scheduled).soft_limit(1024).hard_limit(4096),
         Wire::open(Buffering::Off, client_with_requests(&[(1, None)])),
     );
-    h.read_all_client().unwrap();
     let block = response_block(None, 5000);
     let mut input = vec![settings_frame(0, &[])];
     input.extend(header_block(1, &block, 6, false));
@@ -640,10 +615,7 @@ fn header_block_larger_than_the_hard_limit_is_delivered() {
     // A hang is an error from `write_all` (Pending without a wake-up); a spin would panic
     // there (the harness counts transport calls per poll).
     h.write_all(&encode_all(&input)).unwrap();
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
 }
 
@@ -656,11 +628,7 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
         client_with_requests(&[(1, Some("u=0")), (3, None)]),
     );
     w.record_events = true;
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush).announce_no_rfc7540_priorities(false),
-        w,
-    );
-    h.read_all_client().unwrap();
+    let mut h = started(preset(Policy::EarlyFlush), w);
     h.write_all(&settings_frame(0, &[]).encode()).unwrap();
     h.flush().unwrap();
     let burst = encode_all(&[
@@ -699,11 +667,7 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
 fn urgent_cut_record_is_flushed_after_it_is_written() {
     let mut w = Wire::open(Buffering::Silent, client_with_requests(&[(1, Some("u=0"))]));
     w.record_events = true;
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush).announce_no_rfc7540_priorities(false),
-        w,
-    );
-    h.read_all_client().unwrap();
+    let mut h = started(preset(Policy::EarlyFlush), w);
     h.write_all(&settings_frame(0, &[]).encode()).unwrap();
     h.flush().unwrap();
     let settings_events = vec![
@@ -744,11 +708,7 @@ fn urgent_cut_record_is_flushed_after_it_is_written() {
 fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
     for policy in [Policy::EarlyFlush, Policy::Dynamic] {
         let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
-        let mut h = Harness::new(
-            FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false),
-            Wire::open(Buffering::Reported, client),
-        );
-        h.read_all_client().unwrap();
+        let mut h = started(preset(policy), Wire::open(Buffering::Reported, client));
         h.set_blocked(true);
         let input = vec![
             settings_frame(0, &[]),
@@ -763,10 +723,7 @@ fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
             absorb_frame(&mut h, f).unwrap();
         }
         h.set_blocked(false);
-        h.settle().unwrap();
-        h.shutdown().unwrap();
-        let out = parse_frames(&h.output()).unwrap();
-        let perm = match_frames(&input, &out).unwrap();
+        let (out, perm) = delivered(&mut h, &input);
         check_in_order(&out, &perm).unwrap();
         assert_eq!(h.stats().data_frames_reordered, 0);
     }
@@ -780,15 +737,14 @@ fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
 fn frames_larger_than_the_hard_limit_are_written_through_in_pieces() {
     let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
     for policy in Policy::ALL {
-        let mut h = Harness::new(
-            FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false),
+        let mut h = started(
+            preset(policy),
             Wire::new(
                 vec![Step::Accept(7000), Step::Pending, Step::Accept(usize::MAX)],
                 Buffering::Off,
                 client.clone(),
             ),
         );
-        h.read_all_client().unwrap();
         let input = vec![
             settings_frame(0, &[]),
             Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
