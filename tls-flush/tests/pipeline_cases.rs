@@ -34,6 +34,22 @@ fn started(config: FlushConfig, wire: Wire) -> Harness {
     h
 }
 
+/// `scheduled` with the given soft and hard limits, after reading `client`, its transport
+/// blocked before h2's first write.
+fn blocked_scheduled(client: Vec<u8>, soft: usize, hard: usize) -> Harness {
+    let h = started(
+        preset(Policy::Scheduled).soft_limit(soft).hard_limit(hard),
+        Wire::open(Buffering::Off, client),
+    );
+    h.set_blocked(true);
+    h
+}
+
+/// A response's HEADERS frame (`:status 200`, END_HEADERS) on `stream`.
+fn response_headers(stream: u32) -> Frame {
+    Frame::new(HEADERS, END_HEADERS, stream, response_block(None, 0))
+}
+
 /// h2's last flush settled and the stream shut down: the output frames, each matched to
 /// its index in `input` (every frame delivered exactly once, per stream in order).
 fn delivered(h: &mut Harness, input: &[Frame]) -> (Vec<Frame>, Vec<usize>) {
@@ -81,15 +97,15 @@ fn absorbed_while_blocked(stale_readiness: bool) -> Result<Outcome, String> {
     let big = 16384;
     let input = vec![
         settings_frame(0, &[(3, 100), (4, 1 << 20)]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+        response_headers(1),
+        response_headers(3),
         data(1, 0, big, false),
         data(3, 0, big, false),
         data(1, 1, big, false),
         data(3, 1, big, false),
         Frame::new(PING, 0, 0, [7; 8]),
         Frame::new(WINDOW_UPDATE, 0, 0, 65535u32.to_be_bytes()),
-        Frame::new(HEADERS, END_HEADERS, 5, response_block(None, 0)),
+        response_headers(5),
         data(5, 0, 1000, false),
         data(1, 2, big, false),
         data(3, 2, big, false),
@@ -240,7 +256,7 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
     let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
     let start = [
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 8000, true),
     ];
     let head_len = start[0].wire_len() + start[1].wire_len();
@@ -260,10 +276,7 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
         assert_eq!(h.output().len(), head_len, "stream 1's DATA must wait");
     }
     assert_eq!(h.stats().anticipation_holds, 1);
-    let urgent = [
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
-        data(3, 0, 100, true),
-    ];
+    let urgent = [response_headers(3), data(3, 0, 100, true)];
     h.write_all(&encode_all(&urgent)).unwrap();
     let input: Vec<Frame> = start.iter().chain(&urgent).cloned().collect();
     let (out, perm) = delivered(&mut h, &input);
@@ -306,7 +319,7 @@ fn shutdown_delivers_data_held_for_an_urgent_response() {
     );
     let input = [
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 8000, true),
     ];
     h.write_all(&encode_all(&input)).unwrap();
@@ -330,15 +343,11 @@ fn shutdown_delivers_data_held_for_an_urgent_response() {
 fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
     let (soft, hard) = (40 * 1024, 128 * 1024);
-    let mut h = started(
-        preset(Policy::Scheduled).soft_limit(soft).hard_limit(hard),
-        Wire::open(Buffering::Off, client),
-    );
-    h.set_blocked(true);
+    let mut h = blocked_scheduled(client, soft, hard);
     let mut input = vec![
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+        response_headers(1),
+        response_headers(3),
     ];
     for f in &input {
         absorb_frame(&mut h, f).unwrap();
@@ -390,6 +399,29 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     assert!(s.queued_bytes_high_water as usize <= hard);
 }
 
+/// In-order policy with a soft limit of `soft` bytes (hard 32 KiB), one request: SETTINGS,
+/// the response's HEADERS and DATA frames of 4000 and `second` bytes, each absorbed at once.
+/// The harness and the frames written so far.
+fn one_response_absorbed(soft: usize, second: usize) -> (Harness, Vec<Frame>) {
+    let client = client_with_requests(&[(1, None)]);
+    let mut h = started(
+        preset(Policy::EarlyFlush)
+            .soft_limit(soft)
+            .hard_limit(32 * 1024),
+        Wire::open(Buffering::Off, client),
+    );
+    let input = vec![
+        settings_frame(0, &[]),
+        response_headers(1),
+        data(1, 0, 4000, false),
+        data(1, 1, second, false),
+    ];
+    for f in &input {
+        absorb_frame(&mut h, f).unwrap();
+    }
+    (h, input)
+}
+
 /// A write refused over the soft limit is `Pending` (nothing of it taken) while the queue
 /// cannot drain, and is taken in the poll in which the queue drains completely.
 ///
@@ -403,22 +435,7 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
 /// wake-up (the old "write path made no progress" case).
 #[test]
 fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
-    let client = client_with_requests(&[(1, None)]);
-    let mut h = started(
-        preset(Policy::EarlyFlush)
-            .soft_limit(8 * 1024)
-            .hard_limit(32 * 1024),
-        Wire::open(Buffering::Off, client),
-    );
-    let mut input = vec![
-        settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        data(1, 0, 4000, false),
-        data(1, 1, 4000, false),
-    ];
-    for f in &input {
-        absorb_frame(&mut h, f).unwrap();
-    }
+    let (mut h, mut input) = one_response_absorbed(8 * 1024, 4000);
     assert!(
         h.output().is_empty(),
         "a partial record waits for more frames"
@@ -467,23 +484,8 @@ fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
 /// `refused_write_is_taken_in_the_poll_in_which_the_queue_drains`.)
 #[test]
 fn refused_zero_length_frame_stays_with_the_writer_and_is_delivered_on_retry() {
-    let client = client_with_requests(&[(1, None)]);
-    let mut h = started(
-        preset(Policy::EarlyFlush)
-            .soft_limit(8 * 1024 + 128)
-            .hard_limit(32 * 1024),
-        Wire::open(Buffering::Off, client),
-    );
-    let mut input = vec![
-        settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        data(1, 0, 4000, false),
-        data(1, 1, 4150, false),
-    ];
     // 19 + 4009 + 4159 = 8187 bytes wait in the record being built: just under the limit.
-    for f in &input {
-        absorb_frame(&mut h, f).unwrap();
-    }
+    let (mut h, mut input) = one_response_absorbed(8 * 1024 + 128, 4150);
     assert_eq!(h.stats().queued_bytes, 8187);
     h.set_blocked(true);
     let end = data(1, 2, 0, true);
@@ -551,14 +553,10 @@ fn hard_limit_counts_an_unfinished_header_block() {
     // The soft limit leaves room for the per-frame overhead of the first DATA frames.
     let (soft, hard) = (8 * 1024 + 512, 32 * 1024);
     let client = client_with_requests(&[(1, None), (3, None)]);
-    let mut h = started(
-        preset(Policy::Scheduled).soft_limit(soft).hard_limit(hard),
-        Wire::open(Buffering::Off, client),
-    );
-    h.set_blocked(true);
+    let mut h = blocked_scheduled(client, soft, hard);
     let mut input = vec![
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 4000, false),
         data(1, 1, 4000, false),
     ];
@@ -632,9 +630,9 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
     h.write_all(&settings_frame(0, &[]).encode()).unwrap();
     h.flush().unwrap();
     let burst = encode_all(&[
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 100, true),
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+        response_headers(3),
         data(3, 0, 100, false),
     ]);
     h.write_all(&burst).unwrap();
@@ -680,11 +678,8 @@ fn urgent_cut_record_is_flushed_after_it_is_written() {
         },
     ];
     assert_eq!(h.wire.borrow().events, settings_events);
-    h.write_all(&encode_all(&[
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        data(1, 0, 100, true),
-    ]))
-    .unwrap();
+    h.write_all(&encode_all(&[response_headers(1), data(1, 0, 100, true)]))
+        .unwrap();
     assert_eq!(h.stats().early_cuts, 1);
     let w = h.wire.borrow();
     let end = 3 * HEADER_LEN + 1 + 100;
@@ -712,7 +707,7 @@ fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
         h.set_blocked(true);
         let input = vec![
             settings_frame(0, &[]),
-            Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+            response_headers(1),
             data(1, 0, 16384, false),
             Frame::new(PING, 0, 0, [1; 8]),
             Frame::new(HEADERS, END_HEADERS, 3, response_block(Some("u=0"), 0)),
@@ -747,9 +742,9 @@ fn frames_larger_than_the_hard_limit_are_written_through_in_pieces() {
         );
         let input = vec![
             settings_frame(0, &[]),
-            Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+            response_headers(1),
             data(1, 0, 3 << 20, false),
-            Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+            response_headers(3),
             data(3, 0, 100, true),
             data(1, 1, (2 << 20) + 5, true),
         ];

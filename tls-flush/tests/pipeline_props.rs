@@ -220,51 +220,41 @@ fn schedule() -> impl Strategy<Value = Vec<Step>> {
     })
 }
 
-fn scenario() -> impl Strategy<Value = Scenario> {
-    (
-        prop_oneof![
+prop_compose! {
+    // Each field next to its strategy.
+    fn scenario()(
+        first_settings in prop_oneof![
             9 => settings_list(),
             1 => settings_list().prop_map(|mut v| {
                 v.push((9, 1));
                 v
             }),
         ],
-        vec(stream_spec(), 1..=12),
-        vec(control(), 0..8),
-        vec(any::<u16>(), 1..32),
-        vec(update(), 0..6),
-        0..96usize,
-        vec(write_op(), 1..24),
-        schedule(),
-        prop_oneof![
+        streams in vec(stream_spec(), 1..=12),
+        controls in vec(control(), 0..8),
+        picks in vec(any::<u16>(), 1..32),
+        updates in vec(update(), 0..6),
+        read_first in 0..96usize,
+        plan in vec(write_op(), 1..24),
+        schedule in schedule(),
+        buffering in prop_oneof![
             Just(Buffering::Off),
             Just(Buffering::Reported),
             Just(Buffering::Silent)
         ],
-    )
-        .prop_map(
-            |(
-                first_settings,
-                streams,
-                controls,
-                picks,
-                updates,
-                read_first,
-                plan,
-                schedule,
-                buffering,
-            )| Scenario {
-                first_settings,
-                streams,
-                controls,
-                picks,
-                updates,
-                read_first,
-                plan,
-                schedule,
-                buffering,
-            },
-        )
+    ) -> Scenario {
+        Scenario {
+            first_settings,
+            streams,
+            controls,
+            picks,
+            updates,
+            read_first,
+            plan,
+            schedule,
+            buffering,
+        }
+    }
 }
 
 /// A stream's units in order: its header block, DATA frames, then trailers or RST_STREAM.

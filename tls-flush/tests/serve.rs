@@ -5,7 +5,6 @@
 
 mod serve_support;
 
-use std::future::IntoFuture;
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
@@ -20,14 +19,8 @@ use tokio::net::TcpStream;
 /// `serve` future resolves with `Ok(())`.
 #[tokio::test]
 async fn graceful_shutdown_completes_the_response_in_flight() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let (stop, server) = spawn_until_stopped(tls_flush::serve(
-        listener,
-        acceptor,
-        FlushConfig::default(),
-        app(),
-    ));
+    let mut server = start(|s| s).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     // Default 64 KiB windows and no capacity released: the download stalls mid-body.
     let mut c = h2_connect(addr, client.clone(), Some(65_535)).await;
@@ -37,7 +30,7 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
     let mut got = read_unreleased(&mut body, 32 * 1024).await;
     assert!(got.len() < BIG_LEN, "the response must still be in flight");
 
-    stop.send(()).unwrap();
+    server.stop();
 
     // The listener is dropped: new connections are refused. (A connect racing with the
     // close may still be queued and then reset.)
@@ -59,7 +52,7 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
     // The server waits for the response in flight.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        !server.is_finished(),
+        !server.task.is_finished(),
         "serve resolved with a response in flight"
     );
 
@@ -67,7 +60,7 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
     got.extend(within("rest of /big", read_all(&mut body, usize::MAX)).await);
     assert_pattern(&got, BIG_LEN, "/big across the shutdown");
 
-    let result = within("serve future", server).await.unwrap();
+    let result = server.finished().await;
     assert!(result.is_ok(), "{result:?}");
     // The server closed the connection once its last stream was done.
     within("client connection closed", c.connection)
@@ -80,19 +73,13 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
 /// in its TLS handshake does not hold the server up.
 #[tokio::test]
 async fn graceful_shutdown_drops_connections_in_their_handshake() {
-    let (acceptor, _) = tls_pair();
-    let (listener, addr) = listener().await;
-    let (stop, server) = spawn_until_stopped(tls_flush::serve(
-        listener,
-        acceptor,
-        FlushConfig::default(),
-        app(),
-    ));
+    let mut server = start(|s| s).await;
+    let addr = server.addr;
     // Connected and accepted, but no ClientHello (the default handshake timeout is 10 s).
     let mut silent = TcpStream::connect(addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    stop.send(()).unwrap();
-    let result = within("serve future", server).await.unwrap();
+    server.stop();
+    let result = server.finished().await;
     assert!(result.is_ok(), "{result:?}");
     let mut buf = [0u8; 16];
     let n = within("silent connection closed", silent.read(&mut buf))
@@ -108,13 +95,8 @@ async fn graceful_shutdown_drops_connections_in_their_handshake() {
 /// timeout; a client that completed its handshake is not.
 #[tokio::test]
 async fn handshake_timeout_drops_silent_clients() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .handshake_timeout(Duration::from_millis(200))
-            .into_future(),
-    );
+    let server = start(|s| s.handshake_timeout(Duration::from_millis(200))).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     let mut healthy = h2_connect(addr, client.clone(), None).await;
 
@@ -140,18 +122,15 @@ async fn handshake_timeout_drops_silent_clients() {
     let (status, body) = healthy.get("/small").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, b"ok");
-    assert!(!server.is_finished());
+    assert!(!server.task.is_finished());
 }
 
 /// With the default handshake timeout (10 s) a silent client is still connected after a
 /// second: the 200 ms above is the setting, not something else closing the connection.
 #[tokio::test]
 async fn default_handshake_timeout_is_not_short() {
-    let (acceptor, _) = tls_pair();
-    let (listener, addr) = listener().await;
-    let _server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app()).into_future(),
-    );
+    let server = start(|s| s).await;
+    let addr = server.addr;
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(1), silent.read(&mut buf)).await;
@@ -163,14 +142,9 @@ async fn default_handshake_timeout_is_not_short() {
 /// its download it still accepts a new request, so it never got a GOAWAY.
 #[tokio::test]
 async fn idle_connections_are_closed_busy_ones_are_not() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
     let idle_timeout = Duration::from_millis(300);
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .idle_timeout(idle_timeout)
-            .into_future(),
-    );
+    let server = start(|s| s.idle_timeout(idle_timeout)).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     let mut busy = h2_connect(addr, client.clone(), None).await;
     let download = busy.request("/trickle").await;
@@ -209,18 +183,15 @@ async fn idle_connections_are_closed_busy_ones_are_not() {
         .await
         .unwrap()
         .unwrap();
-    assert!(!server.is_finished());
+    assert!(!server.task.is_finished());
 }
 
 /// Handlers read their own connection's `ConnectionStats` from the request extensions
 /// (`Extension<ConnectionStats>` in axum).
 #[tokio::test]
 async fn handlers_see_their_connection_stats() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let _server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app()).into_future(),
-    );
+    let server = start(|s| s).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     let mut first = h2_connect(addr, client.clone(), None).await;
     let (status, body) = first.get("/big").await;

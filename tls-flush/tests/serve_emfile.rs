@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use http::StatusCode;
 use serve_support::*;
-use tls_flush::FlushConfig;
 use tokio::net::TcpStream;
 
 /// The log lines written by the `tracing` subscriber, in memory (no file descriptor needed).
@@ -75,14 +74,8 @@ async fn accept_survives_running_out_of_file_descriptors() {
         .with_max_level(tracing::Level::WARN)
         .init();
 
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let (stop, server) = spawn_until_stopped(tls_flush::serve(
-        listener,
-        acceptor,
-        FlushConfig::default(),
-        app(),
-    ));
+    let mut server = start(|s| s).await;
+    let (addr, client) = (server.addr, server.client.clone());
     // The server works before.
     let mut before = h2_connect(addr, client.clone(), None).await;
     assert_eq!(before.get("/small").await.0, StatusCode::OK);
@@ -135,7 +128,7 @@ async fn accept_survives_running_out_of_file_descriptors() {
         text.contains("Too many open files"),
         "the logged failure is not EMFILE: {text}"
     );
-    assert!(!server.is_finished(), "serve ended on EMFILE");
+    assert!(!server.task.is_finished(), "serve ended on EMFILE");
 
     // The connection that waited through the failures is served.
     let mut after = h2_over(tcp, client.clone(), None).await;
@@ -148,7 +141,7 @@ async fn accept_survives_running_out_of_file_descriptors() {
 
     drop(after);
     drop(fresh);
-    stop.send(()).unwrap();
-    let result = within("serve future", server).await.unwrap();
+    server.stop();
+    let result = server.finished().await;
     assert!(result.is_ok(), "{result:?}");
 }

@@ -19,7 +19,7 @@ use http::{Request, StatusCode};
 use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use tls_flush::ConnectionStats;
+use tls_flush::{ConnectionStats, FlushConfig};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -85,12 +85,45 @@ pub async fn listener() -> (TcpListener, SocketAddr) {
     (listener, addr)
 }
 
-/// Runs `server` on its own task until the returned sender fires (or is dropped), which
-/// starts its graceful shutdown; the task resolves with what the `serve` future returned.
-pub fn spawn_until_stopped(
-    server: tls_flush::Serve<Router>,
-) -> (oneshot::Sender<()>, JoinHandle<std::io::Result<()>>) {
+/// `tls_flush::serve` of [`app`], running on its own task.
+pub struct Running {
+    pub addr: SocketAddr,
+    /// A client configuration trusting the server's certificate.
+    pub client: Arc<ClientConfig>,
+    /// Sending (or dropping) it starts the server's graceful shutdown.
+    stop: Option<oneshot::Sender<()>>,
+    /// Resolves with what the `serve` future returned.
+    pub task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Fires the graceful shutdown signal.
+    pub fn stop(&mut self) {
+        let stop = self.stop.take().expect("stopped once");
+        stop.send(()).expect("the server is running");
+    }
+
+    /// What the `serve` future returned, awaited within the test bound.
+    pub async fn finished(self) -> std::io::Result<()> {
+        within("serve future", self.task).await.expect("serve task")
+    }
+}
+
+/// Starts `tls_flush::serve` of [`app`] (default `FlushConfig`, a fresh certificate, a
+/// free port of 127.0.0.1) after `configure` set its options, with a graceful shutdown on
+/// [`Running::stop`].
+pub async fn start(
+    configure: impl FnOnce(tls_flush::Serve<Router>) -> tls_flush::Serve<Router>,
+) -> Running {
+    let (acceptor, client) = tls_pair();
+    let (listener, addr) = listener().await;
     let (stop, stopped) = oneshot::channel::<()>();
+    let server = configure(tls_flush::serve(
+        listener,
+        acceptor,
+        FlushConfig::default(),
+        app(),
+    ));
     let task = tokio::spawn(
         server
             .with_graceful_shutdown(async {
@@ -98,7 +131,12 @@ pub fn spawn_until_stopped(
             })
             .into_future(),
     );
-    (stop, task)
+    Running {
+        addr,
+        client,
+        stop: Some(stop),
+        task,
+    }
 }
 
 /// The test app:
