@@ -6,10 +6,10 @@
 //!
 //! The tools are installed by `scripts/install-test-tools.sh`; a missing tool fails the
 //! test with a message naming it. Each test starts one server per policy, drives it with
-//! the tool, then stops it with SIGTERM (it must exit 0) and reads the `tls-flush counters`
-//! line every connection logged when it closed (the servers run with
-//! `RUST_LOG=info,examples=debug`). Run with `-- --nocapture` to see what each tool
-//! reported (versions, req/s, counters).
+//! the tool, then stops it with SIGTERM (it must exit 0) and reads the counters line
+//! (`closed counters=StatsSnapshot { .. }`) tls-flush's server logged for every connection
+//! when it closed (the servers run with `RUST_LOG=info,examples=debug,tls_flush::serve=debug`).
+//! Run with `-- --nocapture` to see what each tool reported (versions, req/s, counters).
 
 #[macro_use]
 mod support;

@@ -82,6 +82,10 @@ pub fn example_path(name: &str) -> PathBuf {
     path
 }
 
+/// The servers' `RUST_LOG`: debug for the examples and for tls-flush's server, which logs
+/// each connection's counters when it closes (see [`counters`]).
+pub const LOG_FILTER: &str = "info,examples=debug,tls_flush::serve=debug";
+
 /// A running example server, killed when dropped. Its stderr (tracing) is collected and
 /// printed if the test fails.
 pub struct Server {
@@ -99,7 +103,7 @@ impl Server {
         let mut child = Command::new(example_path(name))
             .args(["--addr", "127.0.0.1:0"])
             .args(extra)
-            .env("RUST_LOG", "info,examples=debug")
+            .env("RUST_LOG", LOG_FILTER)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -436,8 +440,8 @@ impl Server {
     }
 }
 
-/// One `tls-flush counters` line: the peer of the connection and the `StatsSnapshot`
-/// fields it logged when the connection closed.
+/// One connection's counters line: the peer of the connection and the `StatsSnapshot`
+/// fields tls-flush logged when it closed.
 #[derive(Debug, Clone)]
 pub struct Counters {
     pub peer: String,
@@ -454,15 +458,16 @@ impl Counters {
     }
 }
 
-/// Every `tls-flush counters` line in `logs` (one per connection served with a
-/// `tls-flush` policy, logged at debug level by `examples::server` when it closes).
+/// Every counters line in `logs`: one per connection served with a `tls-flush` policy,
+/// logged at debug level by `tls_flush::serve` when the connection closes, as
+/// `tls-flush{peer=Some(IP:PORT)}: tls_flush::serve: closed counters=StatsSnapshot { .. }`.
 pub fn counters(logs: &str) -> Vec<Counters> {
     logs.lines()
-        .filter(|l| l.contains("tls-flush counters"))
+        .filter(|l| l.contains("counters=StatsSnapshot {"))
         .map(|line| {
             let peer = line
-                .split_once("peer=")
-                .and_then(|(_, rest)| rest.split_once('}'))
+                .split_once("peer=Some(")
+                .and_then(|(_, rest)| rest.split_once(')'))
                 .map(|(peer, _)| peer.to_owned())
                 .unwrap_or_default();
             let fields = line
