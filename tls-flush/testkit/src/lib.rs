@@ -72,7 +72,7 @@ pub use sink::Sink;
 pub use transport::{Buffering, Event, FaultyTransport, ReadPlan, Step, Wire};
 pub use write_case::{decode_write_case, Shape, WriteCase};
 pub use write_run::{
-    check_delivery, check_ordering, finish, locate, run_write_case, run_write_pipeline,
-    run_write_pipeline_with, split, write_call, write_input, Finished, OrderChecks, WriteOp,
-    Written,
+    check_delivery, check_ordering, ends_inside_header_block, finish, locate, run_write_case,
+    run_write_pipeline, run_write_pipeline_with, split, write_call, write_input, Finished,
+    OrderChecks, WriteOp, Written,
 };
