@@ -1,5 +1,5 @@
 //! Property tests for the HTTP/2 write pipeline of `tls-flush` under backpressure
-//! (DESIGN.md, "tls-flush: the write path"; issue 3). The deterministic tests of the same
+//! (docs/ARCHITECTURE.md, "The write path" and "Invariants"). The deterministic tests of the same
 //! pipeline are in `pipeline_cases.rs`; the machinery both use (and the fuzz targets in
 //! `fuzz/`) is the `tls-flush-testkit` crate (`testkit/`).
 //!
