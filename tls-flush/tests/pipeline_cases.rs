@@ -180,9 +180,9 @@ fn positions(out: &[Frame], pred: impl Fn(&Frame) -> bool) -> Vec<usize> {
 fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed() {
     let o = absorbed_while_blocked(false).unwrap();
     let out = &o.out;
-    let data = positions(&out, Frame::is_data);
+    let data = positions(out, Frame::is_data);
     let first_data = data[0];
-    for p in positions(&out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
+    for p in positions(out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
         assert!(
             p < first_data,
             "{:?} output at #{p}, after {:?} at #{first_data}; output order: {out:?}",
@@ -190,10 +190,10 @@ fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed()
             out[first_data]
         );
     }
-    let last_urgent = *positions(&out, |f| f.is_data() && f.stream() == 5)
+    let last_urgent = *positions(out, |f| f.is_data() && f.stream() == 5)
         .last()
         .unwrap();
-    let first_bulk = positions(&out, |f| f.is_data() && f.stream() != 5)[0];
+    let first_bulk = positions(out, |f| f.is_data() && f.stream() != 5)[0];
     assert!(
         last_urgent < first_bulk,
         "u=0 DATA output at #{last_urgent} after u=5 DATA at #{first_bulk}; output order: {out:?}"
@@ -210,7 +210,7 @@ fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed()
 fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
     let o = absorbed_while_blocked(true).unwrap();
     let out = &o.out;
-    let data = positions(&out, Frame::is_data);
+    let data = positions(out, Frame::is_data);
     let straddler = data[0];
     assert_eq!(
         (out[straddler].stream(), out[straddler].payload.len()),
@@ -222,14 +222,14 @@ fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
         "the first DATA frame must straddle the first record: {out:?}"
     );
     let rest = &data[1..];
-    for p in positions(&out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
+    for p in positions(out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
         assert!(
             rest.iter().all(|&d| p < d),
             "{:?} output at #{p} behind DATA; output order: {out:?}",
             out[p]
         );
     }
-    let urgent = positions(&out, |f| f.is_data() && f.stream() == 5);
+    let urgent = positions(out, |f| f.is_data() && f.stream() == 5);
     let bulk_after: Vec<usize> = rest
         .iter()
         .copied()
