@@ -1,21 +1,25 @@
-//! The accept loop shared by both example servers.
+//! The server both example binaries run.
 //!
-//! Each accepted TCP connection gets `TCP_NODELAY` and its own task, which does the TLS
-//! handshake (a failure logs and drops only that connection) and then serves HTTP/1.1 or
-//! HTTP/2 with `hyper_util`'s auto builder. SIGINT or SIGTERM stops accepting, lets every
-//! in-flight response finish (HTTP/2 `GOAWAY`, HTTP/1.1 close after the current response),
-//! and then returns, so the process exits 0.
+//! With a `tls-flush` policy it is the product's own server, [`tls_flush::serve`]:
+//! `TCP_NODELAY`, the TLS handshake (dropped after [`HANDSHAKE_TIMEOUT`]), the
+//! `tls_flush::FlushStream` wrapper and hyper's HTTP/1.1 + HTTP/2 builder, each connection
+//! on its own task; tls-flush logs every connection's counters at debug level when it closes
+//! (`closed counters=StatsSnapshot { .. }`, target `tls_flush::serve`).
 //!
-//! With a `tls-flush` policy each TLS stream is wrapped in `tls_flush::FlushStream` before
-//! hyper sees it; the connection's counters are logged at debug level when it closes.
+//! `stock` is the baseline without the wrapper. tls-flush cannot serve a connection
+//! unwrapped, so [`serve_stock`] does the same steps itself: `TCP_NODELAY`, the handshake
+//! with the same timeout, then hyper's auto builder over the plain TLS stream.
+//!
+//! Either way SIGINT or SIGTERM stops accepting, lets every in-flight response finish
+//! (HTTP/2 `GOAWAY`, HTTP/1.1 close after the current response) for at most
+//! [`GRACEFUL_TIMEOUT`] or until a second signal, and then returns, so the process exits 0.
 
+use std::future::{Future, IntoFuture};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
@@ -23,11 +27,11 @@ use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
-use tower::Service;
 use tracing::{debug, info, warn, Instrument};
 
-use tls_flush::{FlushConfig, FlushStream};
+use tls_flush::{FlushConfig, HttpService};
 
 use crate::cli::{policy_name, Args};
 use crate::BoxError;
@@ -67,15 +71,7 @@ impl ShutdownSignal {
 /// Everything a server needs: builds the TLS configuration from `args`, installs the signal
 /// handlers, binds `args.addr`, prints exactly `listening on https://IP:PORT` (the bound
 /// address) as the first line on stdout and flushes it, then runs [`serve_with_shutdown`].
-pub async fn run<S, B>(args: Args, service: S) -> Result<(), BoxError>
-where
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+pub async fn run<S: HttpService>(args: Args, service: S) -> Result<(), BoxError> {
     let tls = crate::tls::config_from_args(&args)?;
     let shutdown = ShutdownSignal::install()?;
     let listener = TcpListener::bind(args.addr)
@@ -102,50 +98,71 @@ pub fn announce(addr: SocketAddr) -> io::Result<()> {
 /// Serves `service` over TLS on `listener` until SIGINT or SIGTERM, then shuts down
 /// gracefully. The signal handlers are installed when this is called; see [`run`] to
 /// install them earlier.
-pub async fn serve<S, B>(
+pub async fn serve<S: HttpService>(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     flush: Option<FlushConfig>,
     service: S,
-) -> io::Result<()>
-where
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+) -> io::Result<()> {
     let shutdown = ShutdownSignal::install()?;
     serve_with_shutdown(listener, tls, flush, service, shutdown).await
 }
 
-/// The accept loop: like [`serve`], with signal handlers installed by the caller.
+/// Like [`serve`], with signal handlers installed by the caller: through
+/// [`tls_flush::serve`] with `flush`'s configuration, or [`serve_stock`] for `None`.
 ///
-/// `service` is any tower service over `http::Request<hyper::body::Incoming>` that is
-/// `Clone + Send + 'static` (an axum `Router`, or a hand-written service behind
-/// `tower::ServiceBuilder`); each connection gets a clone, wrapped in
-/// [`TowerToHyperService`].
+/// `service` is any tower service over `http::Request<hyper::body::Incoming>` that never
+/// fails ([`tls_flush::HttpService`]: an axum `Router`, or a hand-written service behind
+/// `tower::ServiceBuilder`); each connection gets a clone.
 ///
 /// After the first signal the listener is closed and every open connection is asked to
 /// shut down gracefully; this returns when they have all finished, after
 /// [`GRACEFUL_TIMEOUT`], or at a second signal, whichever comes first.
-pub async fn serve_with_shutdown<S, B>(
+pub async fn serve_with_shutdown<S: HttpService>(
     listener: TcpListener,
     tls: Arc<ServerConfig>,
     flush: Option<FlushConfig>,
     service: S,
-    mut shutdown: ShutdownSignal,
-) -> io::Result<()>
-where
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+    shutdown: ShutdownSignal,
+) -> io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
+    match flush {
+        Some(config) => serve_wrapped(listener, acceptor, config, service, shutdown).await,
+        None => serve_stock(listener, acceptor, service, shutdown).await,
+    }
+}
+
+/// [`tls_flush::serve`], stopped by the first signal.
+async fn serve_wrapped<S: HttpService>(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    config: FlushConfig,
+    service: S,
+    mut shutdown: ShutdownSignal,
+) -> io::Result<()> {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let mut server = tls_flush::serve(listener, acceptor, config, service)
+        .handshake_timeout(HANDSHAKE_TIMEOUT)
+        .with_graceful_shutdown(async {
+            let _ = stopped.await;
+        })
+        .into_future();
+    let signal_name = tokio::select! {
+        // Only an unusable listening socket ends it without a signal.
+        served = &mut server => return served,
+        name = shutdown.recv() => name,
+    };
+    let _ = stop.send(());
+    drain(signal_name, server, &mut shutdown).await
+}
+
+/// The stock server: the steps of [`tls_flush::serve`] without the wrapper.
+pub async fn serve_stock<S: HttpService>(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    service: S,
+    mut shutdown: ShutdownSignal,
+) -> io::Result<()> {
     let graceful = GracefulShutdown::new();
     let signal_name = loop {
         tokio::select! {
@@ -159,88 +176,85 @@ where
                         continue;
                     }
                 };
-                if let Err(e) = tcp.set_nodelay(true) {
-                    debug!(%peer, error = %e, "TCP_NODELAY failed");
-                }
-                let span = tracing::info_span!("conn", %peer);
-                tokio::spawn(
-                    connection(tcp, acceptor.clone(), flush.clone(), service.clone(), graceful.watcher())
-                        .instrument(span),
-                );
+                let (acceptor, service) = (acceptor.clone(), service.clone());
+                let watcher = Some(graceful.watcher());
+                let connection = serve_stock_connection(tcp, acceptor, service, watcher);
+                tokio::spawn(connection.instrument(tracing::debug_span!("stock", %peer)));
             }
             name = shutdown.recv() => break name,
         }
     };
     drop(listener);
-    info!(
-        signal = signal_name,
-        connections = graceful.count(),
-        "stopped accepting; waiting for in-flight responses"
-    );
-    tokio::select! {
-        _ = graceful.shutdown() => info!("all connections closed; exiting"),
-        _ = tokio::time::sleep(GRACEFUL_TIMEOUT) => {
-            warn!(timeout = ?GRACEFUL_TIMEOUT, "graceful shutdown timed out; exiting");
-        }
-        name = shutdown.recv() => warn!(signal = name, "second signal; exiting without waiting"),
-    }
-    Ok(())
+    drain(
+        signal_name,
+        async move {
+            graceful.shutdown().await;
+            Ok(())
+        },
+        &mut shutdown,
+    )
+    .await
 }
 
-/// One connection: TLS handshake, then HTTP/1.1 or HTTP/2 until the peer leaves or a
-/// graceful shutdown completes.
-async fn connection<S, B>(
+/// One stock connection: `TCP_NODELAY`, the handshake within [`HANDSHAKE_TIMEOUT`], then
+/// hyper's auto builder over the plain TLS stream until the peer leaves or `watcher`'s
+/// graceful shutdown completes. Its outcome is logged at debug level.
+pub async fn serve_stock_connection<S: HttpService>(
     tcp: TcpStream,
     acceptor: TlsAcceptor,
-    flush: Option<FlushConfig>,
     service: S,
-    watcher: Watcher,
-) where
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<BoxError>,
-{
+    watcher: Option<Watcher>,
+) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        debug!(error = %e, "TCP_NODELAY failed");
+    }
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
-            warn!(error = %e, "TLS handshake failed; dropping connection");
+            debug!(error = %e, "TLS handshake failed; dropping the connection");
             return;
         }
         Err(_) => {
-            warn!(timeout = ?HANDSHAKE_TIMEOUT, "TLS handshake timed out; dropping connection");
+            debug!("TLS handshake timed out; dropping the connection");
             return;
         }
     };
-    let alpn = tls
-        .get_ref()
-        .1
-        .alpn_protocol()
-        .map(|p| String::from_utf8_lossy(p).into_owned());
-    debug!(alpn = alpn.as_deref().unwrap_or("none"), "TLS established");
-
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let service = TowerToHyperService::new(service);
-    let result = match flush {
-        None => {
-            watcher
-                .watch(builder.serve_connection(TokioIo::new(tls), service))
-                .await
-        }
-        Some(config) => {
-            let stream = FlushStream::new(tls, config);
-            let stats = stream.stats();
-            let result = watcher
-                .watch(builder.serve_connection(TokioIo::new(stream), service))
-                .await;
-            debug!(counters = ?stats.snapshot(), "tls-flush counters");
-            result
-        }
+    let conn = auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(tls), TowerToHyperService::new(service))
+        .into_owned();
+    let served = match watcher {
+        Some(watcher) => watcher.watch(conn).await,
+        None => conn.await,
     };
-    match result {
+    match served {
         Ok(()) => debug!("connection closed"),
         Err(e) => debug!(error = %e, "connection ended with an error"),
+    }
+}
+
+/// After the first signal (`signal_name`, the listener closed): waits for `connections`
+/// to end, at most [`GRACEFUL_TIMEOUT`] or until a second signal.
+async fn drain(
+    signal_name: &str,
+    connections: impl Future<Output = io::Result<()>>,
+    shutdown: &mut ShutdownSignal,
+) -> io::Result<()> {
+    info!(
+        signal = signal_name,
+        "stopped accepting; waiting for in-flight responses"
+    );
+    tokio::select! {
+        ended = connections => {
+            info!("all connections closed; exiting");
+            ended
+        }
+        _ = tokio::time::sleep(GRACEFUL_TIMEOUT) => {
+            warn!(timeout = ?GRACEFUL_TIMEOUT, "graceful shutdown timed out; exiting");
+            Ok(())
+        }
+        name = shutdown.recv() => {
+            warn!(signal = name, "second signal; exiting without waiting");
+            Ok(())
+        }
     }
 }

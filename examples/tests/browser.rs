@@ -1,9 +1,9 @@
-//! Headless Chromium against the axum example (issue 5): the browser loads `/`, whose
-//! script fetches `/critical` and two `/bg/...` resources and checks every byte itself
-//! (see `examples::responses::INDEX_HTML`); the test reads the verdict from the DOM that
-//! Chromium dumps, checks in the server's log that every request came over HTTP/2, and
-//! prints the `priority` request headers Chromium sent (real-world input for our
-//! defaults). The report goes straight to stderr, so it shows in `cargo test` output even
+//! Headless Chromium against the axum example, `--policy scheduled` and `--policy stock`:
+//! the browser loads `/`, whose script fetches `/critical` and two `/bg/...` resources and
+//! checks every byte itself (see `examples::responses::INDEX_HTML`); the test reads the
+//! verdict from the DOM that Chromium dumps, checks in the server's log that every request
+//! came over HTTP/2, and prints the `priority` request headers Chromium sent (real-world
+//! input for our defaults). The report goes straight to stderr, so it shows in `cargo test` output even
 //! when the test passes.
 //!
 //! Needs Debian's `chromium` on `PATH`: `scripts/install-test-tools.sh` installs it.
@@ -27,7 +27,9 @@ const CHROMIUM: &str = "chromium";
 /// Bound for one whole test: server start, browser run, log collection.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Flags from issue 5, then `--dump-dom`: print the DOM once the page has settled.
+/// Headless, no sandbox (the tests may run as root), no QUIC (the example serves TCP only),
+/// no certificate checks (a self-signed certificate), no background traffic; then
+/// `--dump-dom`: print the DOM once the page has settled.
 /// `--virtual-time-budget` makes headless Chromium wait for the page's pending network
 /// fetches (virtual time does not advance while they run) before dumping; once the page is
 /// idle the remaining budget elapses instantly, so a generous value costs nothing.

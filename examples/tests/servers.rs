@@ -2,6 +2,7 @@
 //! `hyper` example binary, started with `--addr 127.0.0.1:0`, through real HTTP/2 (`h2`
 //! crate) and HTTP/1.1 (hyper client) clients over tokio-rustls.
 
+#[macro_use]
 mod support;
 
 use std::time::{Duration, Instant};
@@ -365,11 +366,7 @@ async fn graceful_shutdown(name: &'static str) {
     let res = c.request("GET", "/bg/x", &[]).await;
     assert_eq!(res.status(), StatusCode::OK);
     let mut body = res.into_body();
-    let mut got = Vec::new();
-    while got.len() < 32 * 1024 {
-        let chunk = within("first DATA", body.data()).await.unwrap().unwrap();
-        got.extend_from_slice(&chunk);
-    }
+    let mut got = read_unreleased(&mut body, 32 * 1024).await;
     let partial = got.len();
 
     server.sigterm();
@@ -394,27 +391,6 @@ async fn graceful_shutdown(name: &'static str) {
 
     let status = within("server exit", server.child.wait()).await.unwrap();
     assert!(status.success(), "exit status {status:?}");
-}
-
-macro_rules! for_both {
-    ($($test:ident),* $(,)?) => {
-        mod axum {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    super::$test("axum").await
-                }
-            )*
-        }
-        mod hyper {
-            $(
-                #[tokio::test]
-                async fn $test() {
-                    super::$test("hyper").await
-                }
-            )*
-        }
-    };
 }
 
 for_both!(

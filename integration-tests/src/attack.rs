@@ -74,56 +74,32 @@ pub fn priority_update_payload(stream_id: u32, field_value: &[u8]) -> Vec<u8> {
 }
 
 /// A tiny HPACK encoder (RFC 7541): only the representations the attacks need, never
-/// Huffman-coded.
+/// Huffman-coded. Integers, strings and literals with a new name are the testkit's, which
+/// tls-flush's own tests use too.
 pub mod hpack {
-    /// Appends an integer with an `prefix_bits`-bit prefix (§5.1); `first` holds the bits
-    /// above the prefix of the first octet.
-    pub fn integer(out: &mut Vec<u8>, prefix_bits: u32, first: u8, value: usize) {
-        let max = (1usize << prefix_bits) - 1;
-        if value < max {
-            out.push(first | value as u8);
-            return;
-        }
-        out.push(first | max as u8);
-        let mut rest = value - max;
-        while rest >= 128 {
-            out.push((rest % 128) as u8 | 0x80);
-            rest /= 128;
-        }
-        out.push(rest as u8);
-    }
-
-    /// A string literal without Huffman coding (§5.2).
-    pub fn string(out: &mut Vec<u8>, s: &[u8]) {
-        integer(out, 7, 0x00, s.len());
-        out.extend_from_slice(s);
-    }
+    use tls_flush_testkit::{hpack_int, hpack_string, literal};
 
     /// An indexed field line (§6.1): one octet for indexes below 127. Index 62 is the most
     /// recent dynamic-table entry.
     pub fn indexed(out: &mut Vec<u8>, index: usize) {
-        integer(out, 7, 0x80, index);
+        hpack_int(out, 0x80, 7, index);
     }
 
     /// A literal field line with incremental indexing and a new name (§6.2.1): the field
     /// enters the dynamic table of the peer's decoder.
     pub fn literal_indexed_new_name(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-        out.push(0x40);
-        string(out, name);
-        string(out, value);
+        literal(out, true, name, value);
     }
 
     /// A literal field line without indexing, name from the table (§6.2.2).
     pub fn literal_indexed_name(out: &mut Vec<u8>, name_index: usize, value: &[u8]) {
-        integer(out, 4, 0x00, name_index);
-        string(out, value);
+        hpack_int(out, 0x00, 4, name_index);
+        hpack_string(out, value);
     }
 
     /// A literal field line without indexing and a new name (§6.2.2).
     pub fn literal_new_name(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-        out.push(0x00);
-        string(out, name);
-        string(out, value);
+        literal(out, false, name, value);
     }
 
     /// The request pseudo-header fields, without touching the dynamic table: `:method`
@@ -846,19 +822,6 @@ pub fn process_cpu_time() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn integers_follow_rfc_7541_c_1() {
-        let mut out = Vec::new();
-        hpack::integer(&mut out, 5, 0, 10);
-        assert_eq!(out, [10]);
-        out.clear();
-        hpack::integer(&mut out, 5, 0, 1337);
-        assert_eq!(out, [31, 154, 10]);
-        out.clear();
-        hpack::integer(&mut out, 8, 0, 42);
-        assert_eq!(out, [42]);
-    }
 
     #[test]
     fn pattern_checks_at_any_offset() {

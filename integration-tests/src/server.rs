@@ -1,18 +1,20 @@
 //! Servers under test, started in-process: any tower service (the demo app by default),
-//! served over rustls, plain (`stock`) or wrapped by `tls-flush` with a policy.
+//! served over rustls, wrapped by `tls-flush` with a policy (the product's
+//! `tls_flush::serve_connection`) or plain (`stock`: the example servers' stock connection).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
+use examples::server::serve_stock_connection;
+use http::Request;
+use hyper::body::Incoming;
 use rustls::pki_types::CertificateDer;
-use tls_flush::{ConnectionStats, FlushConfig, FlushStream, HttpService, Policy};
+use tls_flush::{ConnectionStats, FlushConfig, HttpService, Policy};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
+use tower::util::MapRequest;
 
 use crate::client::{ClientOptions, TapClient};
 use crate::BoxError;
@@ -133,7 +135,8 @@ impl TestServer {
         TapClient::connect(self.addr, self.client_options()).await
     }
 
-    /// Counters of every wrapped connection so far (empty for stock).
+    /// Counters of every wrapped connection that has made a request so far, in the order of
+    /// their first requests (empty for stock).
     pub fn connection_stats(&self) -> Vec<ConnectionStats> {
         self.stats.lock().expect("stats poisoned").clone()
     }
@@ -168,6 +171,8 @@ impl Drop for TestServer {
     }
 }
 
+/// Each connection on its own task: [`tls_flush::serve_connection`] with `config`, or the
+/// stock examples' [`serve_stock_connection`] for `None`.
 async fn accept_loop<S: HttpService>(
     listener: TcpListener,
     acceptor: TlsAcceptor,
@@ -177,39 +182,40 @@ async fn accept_loop<S: HttpService>(
     live: Arc<AtomicUsize>,
 ) {
     while let Ok((tcp, _)) = listener.accept().await {
-        let (acceptor, config, service, stats) = (
-            acceptor.clone(),
-            config.clone(),
-            service.clone(),
-            stats.clone(),
-        );
+        let (acceptor, config, service) = (acceptor.clone(), config.clone(), service.clone());
         // Counted from the accept on, so a connection is never invisible between its
         // accept and its task's first poll.
         let guard = LiveGuard::new(&live);
+        let stats = stats.clone();
         tokio::spawn(async move {
             let _guard = guard;
-            let _ = tcp.set_nodelay(true);
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
+            let Some(config) = config else {
+                return serve_stock_connection(tcp, acceptor, service, None).await;
             };
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let service = TowerToHyperService::new(service);
-            let result = match config {
-                None => builder.serve_connection(TokioIo::new(tls), service).await,
-                Some(config) => {
-                    let mut builder = builder;
-                    // As tls_flush::serve configures hyper under the wrapper.
-                    builder.http2().max_send_buf_size(128 * 1024);
-                    let stream = FlushStream::new(tls, config);
-                    stats.lock().expect("stats poisoned").push(stream.stats());
-                    builder
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                }
-            };
-            if let Err(err) = result {
+            let service = registering_stats(service, stats);
+            if let Err(err) = tls_flush::serve_connection(tcp, acceptor, config, service).await {
                 tracing::debug!(%err, "test server connection ended with an error");
             }
         });
     }
+}
+
+/// `service` for one connection, registering the connection's [`ConnectionStats`] (which
+/// `serve_connection` puts in every request's extensions) in `stats` at its first request.
+fn registering_stats<S: HttpService>(
+    service: S,
+    stats: Arc<Mutex<Vec<ConnectionStats>>>,
+) -> impl HttpService {
+    let registered = Arc::new(AtomicBool::new(false));
+    MapRequest::new(service, move |req: Request<Incoming>| {
+        if !registered.swap(true, Ordering::SeqCst) {
+            if let Some(connection) = req.extensions().get::<ConnectionStats>() {
+                stats
+                    .lock()
+                    .expect("stats poisoned")
+                    .push(connection.clone());
+            }
+        }
+        req
+    })
 }

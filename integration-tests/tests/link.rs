@@ -2,6 +2,7 @@
 //! byte-exactness with half-close, backpressure and teardown, against plain tokio TCP servers.
 //! They measure time: one at a time.
 
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use integration_tests::client::pattern_byte;
 use integration_tests::link::{LinkConfig, RelayLink};
 use rand::{rngs::StdRng, RngCore, SeedableRng};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{sleep, timeout, Instant};
@@ -53,6 +55,26 @@ fn sink(listener: TcpListener) -> (SocketAddr, oneshot::Receiver<TcpStream>) {
         let _ = sink_tx.send(stream);
     });
     (addr, sink_rx)
+}
+
+/// A server that accepts one connection (with `TCP_NODELAY`) and runs `serve` on its two
+/// halves: its address, and what `serve` returned once it has.
+async fn one_connection<T, F, Fut>(serve: F) -> (SocketAddr, oneshot::Receiver<T>)
+where
+    F: FnOnce(OwnedReadHalf, OwnedWriteHalf) -> Fut + Send + 'static,
+    Fut: Future<Output = T> + Send,
+    T: Send + 'static,
+{
+    let listener = TcpListener::bind(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (result_tx, result_rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let (read, write) = stream.into_split();
+        let _ = result_tx.send(serve(read, write).await);
+    });
+    (addr, result_rx)
 }
 
 fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -219,14 +241,8 @@ async fn bulk_transfer_measures_the_configured_rate_each_way() {
     let up = random_bytes(1, LEN);
     let down = random_bytes(2, LEN);
 
-    let listener = TcpListener::bind(localhost()).await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    let (result_tx, result_rx) = oneshot::channel();
     let server_down = down.clone();
-    tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let (mut read, mut write) = stream.into_split();
+    let (upstream, result_rx) = one_connection(|mut read, mut write| async move {
         // The client's go byte has crossed the relay, so both directions are running.
         let mut go = [0u8; 1];
         read.read_exact(&mut go).await.unwrap();
@@ -237,8 +253,9 @@ async fn bulk_transfer_measures_the_configured_rate_each_way() {
         });
         let received = read_to_end(read, 64 * 1024, None).await;
         sender.await.unwrap();
-        let _ = result_tx.send((send_start, received));
-    });
+        (send_start, received)
+    })
+    .await;
 
     let link = RelayLink::start(upstream, config).await.unwrap();
     let stream = connect(link.addr()).await;
@@ -322,14 +339,8 @@ async fn bytes_are_exact_and_half_close_propagates() {
         let up = random_bytes(10 + i as u64, 700_000 + 1234 * i);
         let down = random_bytes(20 + i as u64, 900_001 - 4321 * i);
 
-        let listener = TcpListener::bind(localhost()).await.unwrap();
-        let upstream = listener.local_addr().unwrap();
-        let (result_tx, result_rx) = oneshot::channel();
         let server_down = down.clone();
-        tokio::spawn(async move {
-            let (stream, _) = listener.accept().await.unwrap();
-            stream.set_nodelay(true).unwrap();
-            let (read, mut write) = stream.into_split();
+        let (upstream, result_rx) = one_connection(|read, mut write| async move {
             let (eof_tx, eof_rx) = oneshot::channel::<()>();
             let sender = tokio::spawn(async move {
                 write.write_all(&server_down).await.unwrap();
@@ -342,8 +353,9 @@ async fn bytes_are_exact_and_half_close_propagates() {
             let received = read_to_end(read, 4096, Some(Duration::from_millis(2))).await;
             eof_tx.send(()).unwrap();
             sender.await.unwrap();
-            let _ = result_tx.send(received.data);
-        });
+            received.data
+        })
+        .await;
 
         let link = RelayLink::start(upstream, config).await.unwrap();
         let stream = connect(link.addr()).await;

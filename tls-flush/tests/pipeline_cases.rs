@@ -21,6 +21,45 @@ use tls_flush_testkit::{
 };
 use tokio::io::AsyncWrite;
 
+/// `policy`'s preset with the announcement off, so that the output can be compared with
+/// the input frame for frame.
+fn preset(policy: Policy) -> FlushConfig {
+    FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false)
+}
+
+/// A harness that has read the client's bytes (its requests, with their priorities).
+fn started(config: FlushConfig, wire: Wire) -> Harness {
+    let mut h = Harness::new(config, wire);
+    h.read_all_client().unwrap();
+    h
+}
+
+/// `scheduled` with the given soft and hard limits, after reading `client`, its transport
+/// blocked before h2's first write.
+fn blocked_scheduled(client: Vec<u8>, soft: usize, hard: usize) -> Harness {
+    let h = started(
+        preset(Policy::Scheduled).soft_limit(soft).hard_limit(hard),
+        Wire::open(Buffering::Off, client),
+    );
+    h.set_blocked(true);
+    h
+}
+
+/// A response's HEADERS frame (`:status 200`, END_HEADERS) on `stream`.
+fn response_headers(stream: u32) -> Frame {
+    Frame::new(HEADERS, END_HEADERS, stream, response_block(None, 0))
+}
+
+/// h2's last flush settled and the stream shut down: the output frames, each matched to
+/// its index in `input` (every frame delivered exactly once, per stream in order).
+fn delivered(h: &mut Harness, input: &[Frame]) -> (Vec<Frame>, Vec<usize>) {
+    h.settle().unwrap();
+    h.shutdown().unwrap();
+    let out = parse_frames(&h.output()).unwrap();
+    let perm = match_frames(input, &out).unwrap();
+    (out, perm)
+}
+
 /// Offers one frame in a single `poll_write`, expecting it to be absorbed at once.
 fn absorb_frame(h: &mut Harness, f: &Frame) -> Result<(), String> {
     let bytes = f.encode();
@@ -47,8 +86,7 @@ struct Outcome {
 fn absorbed_while_blocked(stale_readiness: bool) -> Result<Outcome, String> {
     let client =
         client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=5, i")), (5, Some("u=0"))]);
-    let mut config =
-        FlushConfig::for_policy(Policy::Scheduled).announce_no_rfc7540_priorities(false);
+    let mut config = preset(Policy::Scheduled);
     if stale_readiness {
         config = config.anticipate(None);
     }
@@ -59,15 +97,15 @@ fn absorbed_while_blocked(stale_readiness: bool) -> Result<Outcome, String> {
     let big = 16384;
     let input = vec![
         settings_frame(0, &[(3, 100), (4, 1 << 20)]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+        response_headers(1),
+        response_headers(3),
         data(1, 0, big, false),
         data(3, 0, big, false),
         data(1, 1, big, false),
         data(3, 1, big, false),
         Frame::new(PING, 0, 0, [7; 8]),
         Frame::new(WINDOW_UPDATE, 0, 0, 65535u32.to_be_bytes()),
-        Frame::new(HEADERS, END_HEADERS, 5, response_block(None, 0)),
+        response_headers(5),
         data(5, 0, 1000, false),
         data(1, 2, big, false),
         data(3, 2, big, false),
@@ -107,6 +145,28 @@ fn absorbed_while_blocked(stale_readiness: bool) -> Result<Outcome, String> {
     })
 }
 
+impl Outcome {
+    /// What both property (8) tests require besides their order: header blocks in h2's
+    /// order, the overtaking counted, every frame delivered and nothing left queued.
+    fn assert_reordered_and_delivered(&self) {
+        let blocks: Vec<u32> = self
+            .out
+            .iter()
+            .filter(|f| f.kind == HEADERS)
+            .map(|f| f.stream())
+            .collect();
+        assert_eq!(blocks, vec![1, 3, 5]);
+        let stats = &self.stats;
+        assert!(stats.data_frames_reordered > 0, "{stats:?}");
+        assert_eq!(stats.queued_bytes, 0);
+        assert_eq!(
+            stats.bytes_written,
+            self.input.iter().map(Frame::wire_len).sum::<usize>() as u64
+        );
+        assert_eq!(self.perm.len(), self.input.len());
+    }
+}
+
 fn positions(out: &[Frame], pred: impl Fn(&Frame) -> bool) -> Vec<usize> {
     (0..out.len()).filter(|&p| pred(&out[p])).collect()
 }
@@ -118,15 +178,11 @@ fn positions(out: &[Frame], pred: impl Fn(&Frame) -> bool) -> Vec<usize> {
 /// `data_frames_reordered` counts the overtaking.
 #[test]
 fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed() {
-    let Outcome {
-        input,
-        out,
-        perm,
-        stats,
-    } = absorbed_while_blocked(false).unwrap();
-    let data = positions(&out, Frame::is_data);
+    let o = absorbed_while_blocked(false).unwrap();
+    let out = &o.out;
+    let data = positions(out, Frame::is_data);
     let first_data = data[0];
-    for p in positions(&out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
+    for p in positions(out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
         assert!(
             p < first_data,
             "{:?} output at #{p}, after {:?} at #{first_data}; output order: {out:?}",
@@ -134,27 +190,15 @@ fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed()
             out[first_data]
         );
     }
-    let last_urgent = *positions(&out, |f| f.is_data() && f.stream() == 5)
+    let last_urgent = *positions(out, |f| f.is_data() && f.stream() == 5)
         .last()
         .unwrap();
-    let first_bulk = positions(&out, |f| f.is_data() && f.stream() != 5)[0];
+    let first_bulk = positions(out, |f| f.is_data() && f.stream() != 5)[0];
     assert!(
         last_urgent < first_bulk,
         "u=0 DATA output at #{last_urgent} after u=5 DATA at #{first_bulk}; output order: {out:?}"
     );
-    let blocks: Vec<u32> = out
-        .iter()
-        .filter(|f| f.kind == HEADERS)
-        .map(|f| f.stream())
-        .collect();
-    assert_eq!(blocks, vec![1, 3, 5]);
-    assert!(stats.data_frames_reordered > 0, "{stats:?}");
-    assert_eq!(stats.queued_bytes, 0);
-    assert_eq!(
-        stats.bytes_written,
-        input.iter().map(Frame::wire_len).sum::<usize>() as u64
-    );
-    assert_eq!(perm.len(), input.len());
+    o.assert_reordered_and_delivered();
 }
 
 /// Property (8) when the readiness went stale: the transport said it was writable when h2
@@ -164,13 +208,9 @@ fn scheduled_sends_control_and_urgent_data_first_when_all_frames_were_absorbed()
 /// leave before every other DATA frame, and the `u=0` DATA before every other `u=5, i` DATA.
 #[test]
 fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
-    let Outcome {
-        input,
-        out,
-        perm,
-        stats,
-    } = absorbed_while_blocked(true).unwrap();
-    let data = positions(&out, Frame::is_data);
+    let o = absorbed_while_blocked(true).unwrap();
+    let out = &o.out;
+    let data = positions(out, Frame::is_data);
     let straddler = data[0];
     assert_eq!(
         (out[straddler].stream(), out[straddler].payload.len()),
@@ -182,14 +222,14 @@ fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
         "the first DATA frame must straddle the first record: {out:?}"
     );
     let rest = &data[1..];
-    for p in positions(&out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
+    for p in positions(out, |f| matches!(f.kind, PING | WINDOW_UPDATE)) {
         assert!(
             rest.iter().all(|&d| p < d),
             "{:?} output at #{p} behind DATA; output order: {out:?}",
             out[p]
         );
     }
-    let urgent = positions(&out, |f| f.is_data() && f.stream() == 5);
+    let urgent = positions(out, |f| f.is_data() && f.stream() == 5);
     let bulk_after: Vec<usize> = rest
         .iter()
         .copied()
@@ -199,19 +239,7 @@ fn scheduled_binds_late_beyond_a_record_built_on_stale_readiness() {
         urgent.iter().all(|&u| bulk_after.iter().all(|&b| u < b)),
         "u=0 DATA behind u=5 DATA; output order: {out:?}"
     );
-    let blocks: Vec<u32> = out
-        .iter()
-        .filter(|f| f.kind == HEADERS)
-        .map(|f| f.stream())
-        .collect();
-    assert_eq!(blocks, vec![1, 3, 5]);
-    assert!(stats.data_frames_reordered > 0, "{stats:?}");
-    assert_eq!(stats.queued_bytes, 0);
-    assert_eq!(
-        stats.bytes_written,
-        input.iter().map(Frame::wire_len).sum::<usize>() as u64
-    );
-    assert_eq!(perm.len(), input.len());
+    o.assert_reordered_and_delivered();
 }
 
 /// Anticipation (`scheduled`): while a request more urgent than the next DATA has been read
@@ -228,19 +256,16 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
     let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
     let start = [
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 8000, true),
     ];
     let head_len = start[0].wire_len() + start[1].wire_len();
 
     // Held until the urgent response begins.
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .anticipate(Some(Duration::from_secs(600))),
+    let mut h = started(
+        preset(Policy::Scheduled).anticipate(Some(Duration::from_secs(600))),
         Wire::open(Buffering::Reported, client.clone()),
     );
-    h.read_all_client().unwrap();
     h.write_all(&encode_all(&start)).unwrap();
     for _ in 0..3 {
         h.flush().unwrap();
@@ -251,16 +276,10 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
         assert_eq!(h.output().len(), head_len, "stream 1's DATA must wait");
     }
     assert_eq!(h.stats().anticipation_holds, 1);
-    let urgent = [
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
-        data(3, 0, 100, true),
-    ];
+    let urgent = [response_headers(3), data(3, 0, 100, true)];
     h.write_all(&encode_all(&urgent)).unwrap();
-    h.settle().unwrap();
-    h.shutdown().unwrap();
     let input: Vec<Frame> = start.iter().chain(&urgent).cloned().collect();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
     let order: Vec<(u8, u32)> = out.iter().map(|f| (f.kind, f.stream())).collect();
     assert_eq!(order[2..], [(HEADERS, 3), (DATA, 3), (DATA, 1)], "{out:?}");
@@ -269,9 +288,7 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
     // Held at most the bound.
     let bound = Duration::from_millis(50);
     let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .anticipate(Some(bound)),
+        preset(Policy::Scheduled).anticipate(Some(bound)),
         Wire::open(Buffering::Off, client),
     );
     let read_at = Instant::now();
@@ -296,16 +313,13 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
 #[test]
 fn shutdown_delivers_data_held_for_an_urgent_response() {
     let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .anticipate(Some(Duration::from_secs(600))),
+    let mut h = started(
+        preset(Policy::Scheduled).anticipate(Some(Duration::from_secs(600))),
         Wire::open(Buffering::Off, client),
     );
-    h.read_all_client().unwrap();
     let input = [
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 8000, true),
     ];
     h.write_all(&encode_all(&input)).unwrap();
@@ -328,19 +342,11 @@ fn shutdown_delivers_data_held_for_an_urgent_response() {
 fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
     let (soft, hard) = (40 * 1024, 128 * 1024);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(soft)
-            .hard_limit(hard),
-        Wire::open(Buffering::Off, client),
-    );
-    h.read_all_client().unwrap();
-    h.set_blocked(true);
+    let mut h = blocked_scheduled(client, soft, hard);
     let mut input = vec![
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+        response_headers(1),
+        response_headers(3),
     ];
     for f in &input {
         absorb_frame(&mut h, f).unwrap();
@@ -386,11 +392,7 @@ fn scheduled_admits_more_urgent_data_past_the_soft_limit() {
     assert_eq!(h.stats().queued_bytes, queued + bytes.len() as u64);
     input.push(bulk);
     h.set_blocked(false);
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
     let last_urgent = *positions(&out, |f| f.is_data() && f.stream() == 3)
         .last()
@@ -434,6 +436,29 @@ fn bulk_is_refused_past_the_soft_limit() {
     assert!(refused.is_pending(), "bulk DATA admitted: {refused:?}");
 }
 
+/// In-order policy with a soft limit of `soft` bytes (hard 32 KiB), one request: SETTINGS,
+/// the response's HEADERS and DATA frames of 4000 and `second` bytes, each absorbed at once.
+/// The harness and the frames written so far.
+fn one_response_absorbed(soft: usize, second: usize) -> (Harness, Vec<Frame>) {
+    let client = client_with_requests(&[(1, None)]);
+    let mut h = started(
+        preset(Policy::EarlyFlush)
+            .soft_limit(soft)
+            .hard_limit(32 * 1024),
+        Wire::open(Buffering::Off, client),
+    );
+    let input = vec![
+        settings_frame(0, &[]),
+        response_headers(1),
+        data(1, 0, 4000, false),
+        data(1, 1, second, false),
+    ];
+    for f in &input {
+        absorb_frame(&mut h, f).unwrap();
+    }
+    (h, input)
+}
+
 /// A write refused over the soft limit is `Pending` (nothing of it taken) while the queue
 /// cannot drain, and is taken in the poll in which the queue drains completely.
 ///
@@ -447,24 +472,7 @@ fn bulk_is_refused_past_the_soft_limit() {
 /// wake-up (the old "write path made no progress" case).
 #[test]
 fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
-    let client = client_with_requests(&[(1, None)]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(8 * 1024)
-            .hard_limit(32 * 1024),
-        Wire::open(Buffering::Off, client),
-    );
-    h.read_all_client().unwrap();
-    let mut input = vec![
-        settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        data(1, 0, 4000, false),
-        data(1, 1, 4000, false),
-    ];
-    for f in &input {
-        absorb_frame(&mut h, f).unwrap();
-    }
+    let (mut h, mut input) = one_response_absorbed(8 * 1024, 4000);
     assert!(
         h.output().is_empty(),
         "a partial record waits for more frames"
@@ -497,10 +505,7 @@ fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
         "{taken:?}"
     );
     assert_eq!(h.output().len(), queued as usize);
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_in_order(&out, &perm).unwrap();
 }
 
@@ -516,25 +521,8 @@ fn refused_write_is_taken_in_the_poll_in_which_the_queue_drains() {
 /// `refused_write_is_taken_in_the_poll_in_which_the_queue_drains`.)
 #[test]
 fn refused_zero_length_frame_stays_with_the_writer_and_is_delivered_on_retry() {
-    let client = client_with_requests(&[(1, None)]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(8 * 1024 + 128)
-            .hard_limit(32 * 1024),
-        Wire::open(Buffering::Off, client),
-    );
-    h.read_all_client().unwrap();
-    let mut input = vec![
-        settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        data(1, 0, 4000, false),
-        data(1, 1, 4150, false),
-    ];
     // 19 + 4009 + 4159 = 8187 bytes wait in the record being built: just under the limit.
-    for f in &input {
-        absorb_frame(&mut h, f).unwrap();
-    }
+    let (mut h, mut input) = one_response_absorbed(8 * 1024 + 128, 4150);
     assert_eq!(h.stats().queued_bytes, 8187);
     h.set_blocked(true);
     let end = data(1, 2, 0, true);
@@ -602,18 +590,10 @@ fn hard_limit_counts_an_unfinished_header_block() {
     // The soft limit leaves room for the per-frame overhead of the first DATA frames.
     let (soft, hard) = (8 * 1024 + 512, 32 * 1024);
     let client = client_with_requests(&[(1, None), (3, None)]);
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(soft)
-            .hard_limit(hard),
-        Wire::open(Buffering::Off, client),
-    );
-    h.read_all_client().unwrap();
-    h.set_blocked(true);
+    let mut h = blocked_scheduled(client, soft, hard);
     let mut input = vec![
         settings_frame(0, &[]),
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 4000, false),
         data(1, 1, 4000, false),
     ];
@@ -641,10 +621,7 @@ fn hard_limit_counts_an_unfinished_header_block() {
 
     h.set_blocked(false);
     h.write_all(&encode_all(&input[done..])).unwrap();
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
     let s = h.stats();
     assert!(
@@ -662,14 +639,10 @@ fn hard_limit_counts_an_unfinished_header_block() {
 /// bounding the queue by the hard limit plus one header block.
 #[test]
 fn header_block_larger_than_the_hard_limit_is_delivered() {
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::Scheduled)
-            .announce_no_rfc7540_priorities(false)
-            .soft_limit(1024)
-            .hard_limit(4096),
+    let mut h = started(
+        preset(Policy::Scheduled).soft_limit(1024).hard_limit(4096),
         Wire::open(Buffering::Off, client_with_requests(&[(1, None)])),
     );
-    h.read_all_client().unwrap();
     let block = response_block(None, 5000);
     let mut input = vec![settings_frame(0, &[])];
     input.extend(header_block(1, &block, 6, false));
@@ -677,10 +650,7 @@ fn header_block_larger_than_the_hard_limit_is_delivered() {
     // A hang is an error from `write_all` (Pending without a wake-up); a spin would panic
     // there (the harness counts transport calls per poll).
     h.write_all(&encode_all(&input)).unwrap();
-    h.settle().unwrap();
-    h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
-    let perm = match_frames(&input, &out).unwrap();
+    let (out, perm) = delivered(&mut h, &input);
     check_header_blocks(&out, &perm).unwrap();
 }
 
@@ -693,17 +663,13 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
         client_with_requests(&[(1, Some("u=0")), (3, None)]),
     );
     w.record_events = true;
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush).announce_no_rfc7540_priorities(false),
-        w,
-    );
-    h.read_all_client().unwrap();
+    let mut h = started(preset(Policy::EarlyFlush), w);
     h.write_all(&settings_frame(0, &[]).encode()).unwrap();
     h.flush().unwrap();
     let burst = encode_all(&[
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+        response_headers(1),
         data(1, 0, 100, true),
-        Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+        response_headers(3),
         data(3, 0, 100, false),
     ]);
     h.write_all(&burst).unwrap();
@@ -736,11 +702,7 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
 fn urgent_cut_record_is_flushed_after_it_is_written() {
     let mut w = Wire::open(Buffering::Silent, client_with_requests(&[(1, Some("u=0"))]));
     w.record_events = true;
-    let mut h = Harness::new(
-        FlushConfig::for_policy(Policy::EarlyFlush).announce_no_rfc7540_priorities(false),
-        w,
-    );
-    h.read_all_client().unwrap();
+    let mut h = started(preset(Policy::EarlyFlush), w);
     h.write_all(&settings_frame(0, &[]).encode()).unwrap();
     h.flush().unwrap();
     let settings_events = vec![
@@ -753,11 +715,8 @@ fn urgent_cut_record_is_flushed_after_it_is_written() {
         },
     ];
     assert_eq!(h.wire.borrow().events, settings_events);
-    h.write_all(&encode_all(&[
-        Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
-        data(1, 0, 100, true),
-    ]))
-    .unwrap();
+    h.write_all(&encode_all(&[response_headers(1), data(1, 0, 100, true)]))
+        .unwrap();
     assert_eq!(h.stats().early_cuts, 1);
     let w = h.wire.borrow();
     let end = 3 * HEADER_LEN + 1 + 100;
@@ -781,15 +740,11 @@ fn urgent_cut_record_is_flushed_after_it_is_written() {
 fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
     for policy in [Policy::EarlyFlush, Policy::Dynamic] {
         let client = client_with_requests(&[(1, Some("u=5, i")), (3, Some("u=0"))]);
-        let mut h = Harness::new(
-            FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false),
-            Wire::open(Buffering::Reported, client),
-        );
-        h.read_all_client().unwrap();
+        let mut h = started(preset(policy), Wire::open(Buffering::Reported, client));
         h.set_blocked(true);
         let input = vec![
             settings_frame(0, &[]),
-            Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+            response_headers(1),
             data(1, 0, 16384, false),
             Frame::new(PING, 0, 0, [1; 8]),
             Frame::new(HEADERS, END_HEADERS, 3, response_block(Some("u=0"), 0)),
@@ -800,10 +755,7 @@ fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
             absorb_frame(&mut h, f).unwrap();
         }
         h.set_blocked(false);
-        h.settle().unwrap();
-        h.shutdown().unwrap();
-        let out = parse_frames(&h.output()).unwrap();
-        let perm = match_frames(&input, &out).unwrap();
+        let (out, perm) = delivered(&mut h, &input);
         check_in_order(&out, &perm).unwrap();
         assert_eq!(h.stats().data_frames_reordered, 0);
     }
@@ -817,20 +769,19 @@ fn in_order_policies_keep_h2_order_when_all_frames_were_absorbed() {
 fn frames_larger_than_the_hard_limit_are_written_through_in_pieces() {
     let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
     for policy in Policy::ALL {
-        let mut h = Harness::new(
-            FlushConfig::for_policy(policy).announce_no_rfc7540_priorities(false),
+        let mut h = started(
+            preset(policy),
             Wire::new(
                 vec![Step::Accept(7000), Step::Pending, Step::Accept(usize::MAX)],
                 Buffering::Off,
                 client.clone(),
             ),
         );
-        h.read_all_client().unwrap();
         let input = vec![
             settings_frame(0, &[]),
-            Frame::new(HEADERS, END_HEADERS, 1, response_block(None, 0)),
+            response_headers(1),
             data(1, 0, 3 << 20, false),
-            Frame::new(HEADERS, END_HEADERS, 3, response_block(None, 0)),
+            response_headers(3),
             data(3, 0, 100, true),
             data(1, 1, (2 << 20) + 5, true),
         ];

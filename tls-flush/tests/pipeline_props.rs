@@ -1,5 +1,5 @@
 //! Property tests for the HTTP/2 write pipeline of `tls-flush` under backpressure
-//! (DESIGN.md, "tls-flush: the write path"; issue 3). The deterministic tests of the same
+//! (docs/ARCHITECTURE.md, "The write path" and "Invariants"). The deterministic tests of the same
 //! pipeline are in `pipeline_cases.rs`; the machinery both use (and the fuzz targets in
 //! `fuzz/`) is the `tls-flush-testkit` crate (`testkit/`).
 //!
@@ -220,51 +220,41 @@ fn schedule() -> impl Strategy<Value = Vec<Step>> {
     })
 }
 
-fn scenario() -> impl Strategy<Value = Scenario> {
-    (
-        prop_oneof![
+prop_compose! {
+    // Each field next to its strategy.
+    fn scenario()(
+        first_settings in prop_oneof![
             9 => settings_list(),
             1 => settings_list().prop_map(|mut v| {
                 v.push((9, 1));
                 v
             }),
         ],
-        vec(stream_spec(), 1..=12),
-        vec(control(), 0..8),
-        vec(any::<u16>(), 1..32),
-        vec(update(), 0..6),
-        0..96usize,
-        vec(write_op(), 1..24),
-        schedule(),
-        prop_oneof![
+        streams in vec(stream_spec(), 1..=12),
+        controls in vec(control(), 0..8),
+        picks in vec(any::<u16>(), 1..32),
+        updates in vec(update(), 0..6),
+        read_first in 0..96usize,
+        plan in vec(write_op(), 1..24),
+        schedule in schedule(),
+        buffering in prop_oneof![
             Just(Buffering::Off),
             Just(Buffering::Reported),
             Just(Buffering::Silent)
         ],
-    )
-        .prop_map(
-            |(
-                first_settings,
-                streams,
-                controls,
-                picks,
-                updates,
-                read_first,
-                plan,
-                schedule,
-                buffering,
-            )| Scenario {
-                first_settings,
-                streams,
-                controls,
-                picks,
-                updates,
-                read_first,
-                plan,
-                schedule,
-                buffering,
-            },
-        )
+    ) -> Scenario {
+        Scenario {
+            first_settings,
+            streams,
+            controls,
+            picks,
+            updates,
+            read_first,
+            plan,
+            schedule,
+            buffering,
+        }
+    }
 }
 
 /// A stream's units in order: its header block, DATA frames, then trailers or RST_STREAM.
@@ -406,8 +396,21 @@ impl Setup {
 }
 
 /// Writes the scenario's server output the way h2 does and checks every property.
-fn run_scenario(scn: &Scenario, setup: Setup) -> Result<(), String> {
-    run_scenario_inner(scn, setup).map_err(|e| format!("[{setup:?}] {e}"))
+fn run_scenario(scn: &Scenario, setup: Setup) -> Result<(), TestCaseError> {
+    run_scenario_inner(scn, setup).map_err(|e| fail(setup, e))
+}
+
+/// A failed case, naming its setup.
+fn fail(setup: Setup, e: String) -> TestCaseError {
+    TestCaseError::fail(format!("[{setup:?}] {e}"))
+}
+
+/// [`run_scenario`] under every policy, each preset adjusted by `adjust`.
+fn run_every_policy(scn: &Scenario, adjust: impl Fn(Setup) -> Setup) -> Result<(), TestCaseError> {
+    for policy in Policy::ALL {
+        run_scenario(scn, adjust(Setup::new(policy)))?;
+    }
+    Ok(())
 }
 
 fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
@@ -531,8 +534,8 @@ fn missing_frames<'a>(expected: &'a [Frame], out: &[Frame]) -> Vec<&'a Frame> {
 /// the socket, except, with `cork`, one short record of bulk DATA (DATA without END_STREAM)
 /// held for one turn, for which the flush woke the task; the flush of that next turn sends
 /// it. Without `cork` nothing is ever held.
-fn run_flush_latency(scn: &Scenario, setup: Setup) -> Result<(), String> {
-    run_flush_latency_inner(scn, setup).map_err(|e| format!("[{setup:?}] {e}"))
+fn run_flush_latency(scn: &Scenario, setup: Setup) -> Result<(), TestCaseError> {
+    run_flush_latency_inner(scn, setup).map_err(|e| fail(setup, e))
 }
 
 fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
@@ -638,22 +641,14 @@ proptest! {
     /// announcement off so the output must equal the input frame for frame; default cork.
     #[test]
     fn every_policy_delivers_exact_streams_with_default_limits(scn in scenario()) {
-        for policy in Policy::ALL {
-            run_scenario(&scn, Setup::new(policy)).map_err(TestCaseError::fail)?;
-        }
+        run_every_policy(&scn, |setup| setup)?;
     }
 
     /// Properties (1)-(7) for every policy with small limits (8 KiB soft / 32 KiB hard), so
     /// that writes are refused past the soft limit and only frames that go ahead get in.
     #[test]
     fn every_policy_delivers_exact_streams_with_small_limits(scn in scenario()) {
-        for policy in Policy::ALL {
-            let setup = Setup {
-                limits: Some((8 * 1024, 32 * 1024)),
-                ..Setup::new(policy)
-            };
-            run_scenario(&scn, setup).map_err(TestCaseError::fail)?;
-        }
+        run_every_policy(&scn, |setup| Setup { limits: Some((8 * 1024, 32 * 1024)), ..setup })?;
     }
 
     /// The same properties with SETTINGS_NO_RFC7540_PRIORITIES announced (the default):
@@ -666,13 +661,8 @@ proptest! {
         limits in limits(),
         fragment in prop::sample::select(vec![None, Some(4096), Some(512)]),
     ) {
-        let setup = Setup { limits, announce: true, fragment, ..Setup::new(policy) };
-        run_scenario(&scn, setup).map_err(TestCaseError::fail)?;
+        run_scenario(&scn, Setup { limits, announce: true, fragment, ..Setup::new(policy) })?;
     }
-}
-
-proptest! {
-    #![proptest_config(config(128))]
 
     /// Under tight limits (down to 1 KiB soft / 4 KiB hard) writes are refused all the time,
     /// often with the queue draining in the same poll, and zero-length frames (empty
@@ -684,10 +674,7 @@ proptest! {
         scn in scenario(),
         limits in prop::sample::select(vec![(8 * 1024, 32 * 1024), (1024, 4096)]),
     ) {
-        for policy in Policy::ALL {
-            let setup = Setup { limits: Some(limits), ..Setup::new(policy) };
-            run_scenario(&scn, setup).map_err(TestCaseError::fail)?;
-        }
+        run_every_policy(&scn, |setup| Setup { limits: Some(limits), ..setup })?;
     }
 
     /// Properties (1)-(7) with `FlushConfig::cork(false)`: a flush never holds a short
@@ -699,37 +686,21 @@ proptest! {
         limits in limits(),
         pack in any::<bool>(),
     ) {
-        let setup = Setup { limits, cork: false, pack, ..Setup::new(policy) };
-        run_scenario(&scn, setup).map_err(TestCaseError::fail)?;
+        run_scenario(&scn, Setup { limits, cork: false, pack, ..Setup::new(policy) })?;
     }
-}
-
-proptest! {
-    #![proptest_config(config(64))]
 
     /// With `FlushConfig::cork(false)` and an always-writable transport, each flush h2 makes
     /// puts every frame the wrapper took completely on the socket. (Anticipation, which
-    /// holds DATA for a few ms on its own terms, is off.)
+    /// holds DATA for a few ms on its own terms, is off.) With the default cork, a flush
+    /// holds back at most one short record of bulk DATA, wakes the task, and the next flush
+    /// sends it.
     #[test]
-    fn without_cork_each_flush_delivers_every_complete_frame(
+    fn each_flush_delivers_every_complete_frame_but_at_most_one_corked_record(
         scn in scenario(),
         policy in policy(),
         limits in limits(),
+        cork in any::<bool>(),
     ) {
-        let setup = Setup { limits, cork: false, anticipate: false, ..Setup::new(policy) };
-        run_flush_latency(&scn, setup).map_err(TestCaseError::fail)?;
-    }
-
-    /// With the default cork and an always-writable transport, a flush holds back at most one
-    /// short record of bulk DATA, wakes the task, and the next flush sends it. (Anticipation
-    /// is off, as above.)
-    #[test]
-    fn default_cork_holds_at_most_one_short_bulk_record_for_one_turn(
-        scn in scenario(),
-        policy in policy(),
-        limits in limits(),
-    ) {
-        let setup = Setup { limits, anticipate: false, ..Setup::new(policy) };
-        run_flush_latency(&scn, setup).map_err(TestCaseError::fail)?;
+        run_flush_latency(&scn, Setup { limits, cork, anticipate: false, ..Setup::new(policy) })?;
     }
 }

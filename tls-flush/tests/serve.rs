@@ -5,7 +5,6 @@
 
 mod serve_support;
 
-use std::future::IntoFuture;
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
 
@@ -13,44 +12,25 @@ use http::StatusCode;
 use serve_support::*;
 use tls_flush::FlushConfig;
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-
-async fn listener() -> (TcpListener, std::net::SocketAddr) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    (listener, addr)
-}
+use tokio::net::TcpStream;
 
 /// The signal fires while a 1 MiB response is stalled on flow control: new connections are
 /// refused, the server keeps running until the response is complete (byte-exact), then the
 /// `serve` future resolves with `Ok(())`.
 #[tokio::test]
 async fn graceful_shutdown_completes_the_response_in_flight() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let mut server = start(|s| s).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     // Default 64 KiB windows and no capacity released: the download stalls mid-body.
     let mut c = h2_connect(addr, client.clone(), Some(65_535)).await;
     let res = c.request("/big").await;
     assert_eq!(res.status(), StatusCode::OK);
     let mut body = res.into_body();
-    let mut got = Vec::new();
-    while got.len() < 32 * 1024 {
-        let chunk = within("first DATA", body.data()).await.unwrap().unwrap();
-        got.extend_from_slice(&chunk);
-    }
+    let mut got = read_unreleased(&mut body, 32 * 1024).await;
     assert!(got.len() < BIG_LEN, "the response must still be in flight");
 
-    stop.send(()).unwrap();
+    server.stop();
 
     // The listener is dropped: new connections are refused. (A connect racing with the
     // close may still be queued and then reset.)
@@ -72,15 +52,15 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
     // The server waits for the response in flight.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        !server.is_finished(),
+        !server.task.is_finished(),
         "serve resolved with a response in flight"
     );
 
     body.flow_control().release_capacity(got.len()).unwrap();
-    got.extend(within("rest of /big", read_all(&mut body)).await);
+    got.extend(within("rest of /big", read_all(&mut body, usize::MAX)).await);
     assert_pattern(&got, BIG_LEN, "/big across the shutdown");
 
-    let result = within("serve future", server).await.unwrap();
+    let result = server.finished().await;
     assert!(result.is_ok(), "{result:?}");
     // The server closed the connection once its last stream was done.
     within("client connection closed", c.connection)
@@ -93,21 +73,13 @@ async fn graceful_shutdown_completes_the_response_in_flight() {
 /// in its TLS handshake does not hold the server up.
 #[tokio::test]
 async fn graceful_shutdown_drops_connections_in_their_handshake() {
-    let (acceptor, _) = tls_pair();
-    let (listener, addr) = listener().await;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let mut server = start(|s| s).await;
+    let addr = server.addr;
     // Connected and accepted, but no ClientHello (the default handshake timeout is 10 s).
     let mut silent = TcpStream::connect(addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    stop.send(()).unwrap();
-    let result = within("serve future", server).await.unwrap();
+    server.stop();
+    let result = server.finished().await;
     assert!(result.is_ok(), "{result:?}");
     let mut buf = [0u8; 16];
     let n = within("silent connection closed", silent.read(&mut buf))
@@ -123,13 +95,8 @@ async fn graceful_shutdown_drops_connections_in_their_handshake() {
 /// timeout; a client that completed its handshake is not.
 #[tokio::test]
 async fn handshake_timeout_drops_silent_clients() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .handshake_timeout(Duration::from_millis(200))
-            .into_future(),
-    );
+    let server = start(|s| s.handshake_timeout(Duration::from_millis(200))).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     let mut healthy = h2_connect(addr, client.clone(), None).await;
 
@@ -155,18 +122,15 @@ async fn handshake_timeout_drops_silent_clients() {
     let (status, body) = healthy.get("/small").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body, b"ok");
-    assert!(!server.is_finished());
+    assert!(!server.task.is_finished());
 }
 
 /// With the default handshake timeout (10 s) a silent client is still connected after a
 /// second: the 200 ms above is the setting, not something else closing the connection.
 #[tokio::test]
 async fn default_handshake_timeout_is_not_short() {
-    let (acceptor, _) = tls_pair();
-    let (listener, addr) = listener().await;
-    let _server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app()).into_future(),
-    );
+    let server = start(|s| s).await;
+    let addr = server.addr;
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut buf = [0u8; 16];
     let read = tokio::time::timeout(Duration::from_secs(1), silent.read(&mut buf)).await;
@@ -178,20 +142,15 @@ async fn default_handshake_timeout_is_not_short() {
 /// its download it still accepts a new request, so it never got a GOAWAY.
 #[tokio::test]
 async fn idle_connections_are_closed_busy_ones_are_not() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
     let idle_timeout = Duration::from_millis(300);
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .idle_timeout(idle_timeout)
-            .into_future(),
-    );
+    let server = start(|s| s.idle_timeout(idle_timeout)).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     let mut busy = h2_connect(addr, client.clone(), None).await;
     let download = busy.request("/trickle").await;
     assert_eq!(download.status(), StatusCode::OK);
     let mut download = download.into_body();
-    let download = tokio::spawn(async move { read_all(&mut download).await });
+    let download = tokio::spawn(async move { read_all(&mut download, usize::MAX).await });
 
     let mut idle = h2_connect(addr, client.clone(), None).await;
     let (status, body) = idle.get("/small").await;
@@ -224,18 +183,15 @@ async fn idle_connections_are_closed_busy_ones_are_not() {
         .await
         .unwrap()
         .unwrap();
-    assert!(!server.is_finished());
+    assert!(!server.task.is_finished());
 }
 
 /// Handlers read their own connection's `ConnectionStats` from the request extensions
 /// (`Extension<ConnectionStats>` in axum).
 #[tokio::test]
 async fn handlers_see_their_connection_stats() {
-    let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
-    let _server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app()).into_future(),
-    );
+    let server = start(|s| s).await;
+    let (addr, client) = (server.addr, server.client.clone());
 
     let mut first = h2_connect(addr, client.clone(), None).await;
     let (status, body) = first.get("/big").await;

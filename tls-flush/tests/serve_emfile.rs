@@ -6,16 +6,13 @@
 mod serve_support;
 
 use std::fs::File;
-use std::future::IntoFuture;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::StatusCode;
 use serve_support::*;
-use tls_flush::FlushConfig;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::net::TcpStream;
 
 /// The log lines written by the `tracing` subscriber, in memory (no file descriptor needed).
 #[derive(Clone, Default)]
@@ -77,17 +74,8 @@ async fn accept_survives_running_out_of_file_descriptors() {
         .with_max_level(tracing::Level::WARN)
         .init();
 
-    let (acceptor, client) = tls_pair();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(
-        tls_flush::serve(listener, acceptor, FlushConfig::default(), app())
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let mut server = start(|s| s).await;
+    let (addr, client) = (server.addr, server.client.clone());
     // The server works before.
     let mut before = h2_connect(addr, client.clone(), None).await;
     assert_eq!(before.get("/small").await.0, StatusCode::OK);
@@ -140,7 +128,7 @@ async fn accept_survives_running_out_of_file_descriptors() {
         text.contains("Too many open files"),
         "the logged failure is not EMFILE: {text}"
     );
-    assert!(!server.is_finished(), "serve ended on EMFILE");
+    assert!(!server.task.is_finished(), "serve ended on EMFILE");
 
     // The connection that waited through the failures is served.
     let mut after = h2_over(tcp, client.clone(), None).await;
@@ -153,7 +141,7 @@ async fn accept_survives_running_out_of_file_descriptors() {
 
     drop(after);
     drop(fresh);
-    stop.send(()).unwrap();
-    let result = within("serve future", server).await.unwrap();
+    server.stop();
+    let result = server.finished().await;
     assert!(result.is_ok(), "{result:?}");
 }

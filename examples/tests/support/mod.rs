@@ -26,20 +26,40 @@ use tokio::process::{Child, ChildStdout, Command};
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+// The h2 client's handshake, body readers and timeouts, shared with tls-flush's serve tests.
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use tls_flush_testkit::h2_client::{h2_handshake, read_all, read_unreleased, within};
+
+/// `for_both!(a, b)` defines tests `axum::a`, `hyper::a`, `axum::b`, ...: each runs the
+/// crate-level `async fn a(name)` against the example server `name`.
+// Not every test binary has tests for both servers.
+#[allow(unused_macros)]
+macro_rules! for_both {
+    ($($test:ident),* $(,)?) => {
+        mod axum {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test("axum").await
+                }
+            )*
+        }
+        mod hyper {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test("hyper").await
+                }
+            )*
+        }
+    };
+}
+
 /// Every `--policy` value: `stock` (hyper + rustls without the wrapper), then every
 /// `tls_flush::Policy`.
 pub fn policies() -> impl Iterator<Item = &'static str> {
     std::iter::once(examples::cli::STOCK).chain(tls_flush::Policy::ALL.map(tls_flush::Policy::name))
-}
-
-/// Bound for anything a test waits on.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Awaits `fut` or panics after [`TIMEOUT`].
-pub async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(TIMEOUT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
 /// Path of a built example binary: the test executable is
@@ -62,6 +82,10 @@ pub fn example_path(name: &str) -> PathBuf {
     path
 }
 
+/// The servers' `RUST_LOG`: debug for the examples and for tls-flush's server, which logs
+/// each connection's counters when it closes (see [`counters`]).
+pub const LOG_FILTER: &str = "info,examples=debug,tls_flush::serve=debug";
+
 /// A running example server, killed when dropped. Its stderr (tracing) is collected and
 /// printed if the test fails.
 pub struct Server {
@@ -79,7 +103,7 @@ impl Server {
         let mut child = Command::new(example_path(name))
             .args(["--addr", "127.0.0.1:0"])
             .args(extra)
-            .env("RUST_LOG", "info,examples=debug")
+            .env("RUST_LOG", LOG_FILTER)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -296,16 +320,7 @@ pub async fn h2_connect(
     let (_, conn) = tls.get_ref();
     assert_eq!(conn.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
     let peer_cert = conn.peer_certificates().unwrap()[0].clone().into_owned();
-    let mut builder = h2::client::Builder::new();
-    match window {
-        Some(w) => builder.initial_window_size(w),
-        None => builder
-            .initial_window_size(8 << 20)
-            .initial_connection_window_size(32 << 20),
-    };
-    let (send, connection) = within("h2 handshake", builder.handshake(tls))
-        .await
-        .expect("h2 handshake");
+    let (send, connection) = h2_handshake(tls, window).await;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -367,25 +382,6 @@ impl H2 {
     }
 }
 
-/// Reads up to `limit` bytes (at least, whole frames) or to the end, releasing flow-control
-/// capacity as it goes.
-pub async fn read_all(body: &mut h2::RecvStream, limit: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    while out.len() < limit {
-        match body.data().await {
-            Some(chunk) => {
-                let chunk = chunk.expect("h2 DATA");
-                body.flow_control()
-                    .release_capacity(chunk.len())
-                    .expect("release capacity");
-                out.extend_from_slice(&chunk);
-            }
-            None => break,
-        }
-    }
-    out
-}
-
 /// Asserts that `body` is exactly the first `len` pattern bytes, comparing SHA-256 digests
 /// and naming the first wrong offset if they differ.
 pub fn assert_pattern(body: &[u8], len: u64, what: &str) {
@@ -444,8 +440,8 @@ impl Server {
     }
 }
 
-/// One `tls-flush counters` line: the peer of the connection and the `StatsSnapshot`
-/// fields it logged when the connection closed.
+/// One connection's counters line: the peer of the connection and the `StatsSnapshot`
+/// fields tls-flush logged when it closed.
 #[derive(Debug, Clone)]
 pub struct Counters {
     pub peer: String,
@@ -462,15 +458,16 @@ impl Counters {
     }
 }
 
-/// Every `tls-flush counters` line in `logs` (one per connection served with a
-/// `tls-flush` policy, logged at debug level by `examples::server` when it closes).
+/// Every counters line in `logs`: one per connection served with a `tls-flush` policy,
+/// logged at debug level by `tls_flush::serve` when the connection closes, as
+/// `tls-flush{peer=Some(IP:PORT)}: tls_flush::serve: closed counters=StatsSnapshot { .. }`.
 pub fn counters(logs: &str) -> Vec<Counters> {
     logs.lines()
-        .filter(|l| l.contains("tls-flush counters"))
+        .filter(|l| l.contains("counters=StatsSnapshot {"))
         .map(|line| {
             let peer = line
-                .split_once("peer=")
-                .and_then(|(_, rest)| rest.split_once('}'))
+                .split_once("peer=Some(")
+                .and_then(|(_, rest)| rest.split_once(')'))
                 .map(|(peer, _)| peer.to_owned())
                 .unwrap_or_default();
             let fields = line

@@ -7,6 +7,9 @@ use hpack_codec::field::LiteralHeaderField;
 use hpack_codec::literal::HpackString;
 use hpack_codec::table::Index;
 use proptest::prelude::*;
+// The test kit's HPACK integer and string encoders, which the other tests and the attack
+// client use too (pure byte helpers: that its tls-flush is a separate copy does not matter).
+use tls_flush_testkit::{hpack_int, hpack_string};
 
 use super::decoder::{Decoder, Error};
 use super::huffman::{self, HuffmanError};
@@ -25,30 +28,13 @@ fn codec_huffman(data: &[u8]) -> Vec<u8> {
     }
 }
 
-/// An HPACK integer (RFC 7541 §5.1) with the flag bits `first`.
-fn int(out: &mut Vec<u8>, first: u8, prefix_bits: u32, mut value: usize) {
-    let max = (1usize << prefix_bits) - 1;
-    if value < max {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | max as u8);
-    value -= max;
-    while value >= 128 {
-        out.push(value as u8 | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
-
 fn string(out: &mut Vec<u8>, s: &[u8], huffman: bool) {
     if huffman {
         let coded = codec_huffman(s);
-        int(out, 0x80, 7, coded.len());
+        hpack_int(out, 0x80, 7, coded.len());
         out.extend(coded);
     } else {
-        int(out, 0, 7, s.len());
-        out.extend(s);
+        hpack_string(out, s);
     }
 }
 
@@ -158,7 +144,7 @@ fn encode_pieces(pieces: &[Piece]) -> Vec<u8> {
     let mut out = Vec::new();
     for p in pieces {
         match p {
-            Piece::Indexed(i) => int(&mut out, 0x80, 7, *i),
+            Piece::Indexed(i) => hpack_int(&mut out, 0x80, 7, *i),
             Piece::Literal {
                 form,
                 name_index,
@@ -172,7 +158,7 @@ fn encode_pieces(pieces: &[Piece]) -> Vec<u8> {
                     1 => (0x00, 4),
                     _ => (0x10, 4),
                 };
-                int(&mut out, first, prefix, *name_index);
+                hpack_int(&mut out, first, prefix, *name_index);
                 if *name_index == 0 {
                     string(&mut out, name, *name_huffman);
                 }
@@ -180,10 +166,10 @@ fn encode_pieces(pieces: &[Piece]) -> Vec<u8> {
             }
             Piece::BadHuffman(bytes) => {
                 out.extend([0x00, 0x01, b'x']);
-                int(&mut out, 0x80, 7, bytes.len());
+                hpack_int(&mut out, 0x80, 7, bytes.len());
                 out.extend(bytes);
             }
-            Piece::SizeUpdate(n) => int(&mut out, 0x20, 5, *n),
+            Piece::SizeUpdate(n) => hpack_int(&mut out, 0x20, 5, *n),
             Piece::Raw(bytes) => out.extend(bytes),
         }
     }
@@ -318,7 +304,7 @@ proptest! {
             let mut block = Vec::new();
             if let Some(size) = *size {
                 enc.set_max_table_size(size);
-                int(&mut block, 0x20, 5, size);
+                hpack_int(&mut block, 0x20, 5, size);
             }
             block.extend(enc.encode(fields.iter().map(|(n, v)| (&n[..], &v[..]))));
             // A block with nothing but the size update is refused; add a field.
@@ -372,7 +358,7 @@ fn table_memory_stays_bounded() {
     // Fill a 64 KiB table with the smallest entries, again and again.
     let mut d = Decoder::new(INITIAL_TABLE_SIZE, MAX_TABLE_SIZE);
     let mut block = Vec::new();
-    int(&mut block, 0x20, 5, MAX_TABLE_SIZE);
+    hpack_int(&mut block, 0x20, 5, MAX_TABLE_SIZE);
     for _ in 0..10_000 {
         block.extend([0x40, 0x00, 0x00]);
     }

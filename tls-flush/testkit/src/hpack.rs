@@ -53,3 +53,21 @@ pub fn response_block(priority: Option<&str>, pad: usize) -> Vec<u8> {
     }
     block
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_follow_rfc_7541_c_1() {
+        let mut out = Vec::new();
+        hpack_int(&mut out, 0, 5, 10);
+        assert_eq!(out, [10]);
+        out.clear();
+        hpack_int(&mut out, 0, 5, 1337);
+        assert_eq!(out, [31, 154, 10]);
+        out.clear();
+        hpack_int(&mut out, 0, 8, 42);
+        assert_eq!(out, [42]);
+    }
+}

@@ -4,9 +4,10 @@
 //! the property tests and the corpus replay in CI run exactly the same machinery and checks.
 //! Not published.
 //!
-//! It depends only on `std`, tokio's I/O traits and the public APIs of `tls-flush` and
-//! `tower-priority`, so it builds on stable (the tests) and on nightly with sanitizer flags
-//! (the fuzz crate) alike.
+//! Without features it depends only on `std`, tokio's I/O traits and the public APIs of
+//! `tls-flush` and `tower-priority`, so it builds on stable (the tests) and on nightly with
+//! sanitizer flags (the fuzz crate) alike; the `h2-client` feature adds `h2` for the tests
+//! that talk to real servers.
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -25,6 +26,7 @@
 //! | [`observer_model`](mod@observer_model) | the reference model of the read observer's counters |
 //! | [`read_run`] | running a `read_observer` case |
 //! | [`parsers`] | the `priority_parse` and `priority_update_parse` targets |
+//! | `h2_client` (feature `h2-client`) | an h2 test client's handshake, body readers and timeouts |
 //!
 //! Entry points of the fuzz targets: [`run_write_pipeline`], [`run_read_observer`],
 //! [`run_priority_parse`] and [`run_priority_update_parse`] return `Err(description)` when
@@ -36,6 +38,8 @@ pub mod checks;
 pub mod driver;
 pub mod frame;
 pub mod frame_gen;
+#[cfg(feature = "h2-client")]
+pub mod h2_client;
 pub mod hpack;
 pub mod input;
 pub mod knobs;
@@ -68,7 +72,7 @@ pub use sink::Sink;
 pub use transport::{Buffering, Event, FaultyTransport, ReadPlan, Step, Wire};
 pub use write_case::{decode_write_case, Shape, WriteCase};
 pub use write_run::{
-    check_delivery, check_ordering, finish, locate, run_write_case, run_write_pipeline,
-    run_write_pipeline_with, split, write_call, write_input, Finished, OrderChecks, WriteOp,
-    Written,
+    check_delivery, check_ordering, ends_inside_header_block, finish, locate, run_write_case,
+    run_write_pipeline, run_write_pipeline_with, split, write_call, write_input, Finished,
+    OrderChecks, WriteOp, Written,
 };

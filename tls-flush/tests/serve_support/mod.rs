@@ -1,10 +1,12 @@
 //! Shared pieces of the `tls_flush::serve` tests: a TLS server configuration with a fresh
-//! `rcgen` certificate, a client trusting it, an HTTP/2 client over tokio-rustls, the test
-//! app, and body checks.
+//! `rcgen` certificate, a client trusting it, an HTTP/2 client over tokio-rustls (its
+//! handshake, body readers and timeouts are the testkit's `h2_client`, which the example
+//! servers' tests use too), the test app, and body checks.
 
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,13 +19,15 @@ use http::{Request, StatusCode};
 use rcgen::{CertificateParams, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use tls_flush::ConnectionStats;
-use tokio::net::TcpStream;
+use tls_flush::{ConnectionStats, FlushConfig};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-/// Bound for anything a test waits on.
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use tls_flush_testkit::h2_client::{h2_handshake, read_all, read_unreleased, within, TIMEOUT};
 
 /// Length of `/big`.
 pub const BIG_LEN: usize = 1 << 20;
@@ -33,13 +37,6 @@ pub const TRICKLE_CHUNKS: usize = 30;
 pub const TRICKLE_CHUNK: usize = 1000;
 /// Pause before each `/trickle` chunk.
 pub const TRICKLE_EVERY: Duration = Duration::from_millis(50);
-
-/// Awaits `fut` or panics after [`TIMEOUT`].
-pub async fn within<F: std::future::Future>(what: &str, fut: F) -> F::Output {
-    tokio::time::timeout(TIMEOUT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
 
 /// The byte at offset `i` of every test body.
 pub fn pattern(len: usize) -> Vec<u8> {
@@ -79,6 +76,67 @@ pub fn tls_pair() -> (TlsAcceptor, Arc<ClientConfig>) {
         .with_no_client_auth();
     client.alpn_protocols = vec![b"h2".to_vec()];
     (TlsAcceptor::from(Arc::new(server)), Arc::new(client))
+}
+
+/// A listener on a free port of 127.0.0.1, and its address.
+pub async fn listener() -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    (listener, addr)
+}
+
+/// `tls_flush::serve` of [`app`], running on its own task.
+pub struct Running {
+    pub addr: SocketAddr,
+    /// A client configuration trusting the server's certificate.
+    pub client: Arc<ClientConfig>,
+    /// Sending (or dropping) it starts the server's graceful shutdown.
+    stop: Option<oneshot::Sender<()>>,
+    /// Resolves with what the `serve` future returned.
+    pub task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Fires the graceful shutdown signal.
+    pub fn stop(&mut self) {
+        let stop = self.stop.take().expect("stopped once");
+        stop.send(()).expect("the server is running");
+    }
+
+    /// What the `serve` future returned, awaited within the test bound.
+    pub async fn finished(self) -> std::io::Result<()> {
+        within("serve future", self.task).await.expect("serve task")
+    }
+}
+
+/// Starts `tls_flush::serve` of [`app`] (default `FlushConfig`, a fresh certificate, a
+/// free port of 127.0.0.1) after `configure` set its options, with a graceful shutdown on
+/// [`Running::stop`].
+pub async fn start(
+    configure: impl FnOnce(tls_flush::Serve<Router>) -> tls_flush::Serve<Router>,
+) -> Running {
+    let (acceptor, client) = tls_pair();
+    let (listener, addr) = listener().await;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = configure(tls_flush::serve(
+        listener,
+        acceptor,
+        FlushConfig::default(),
+        app(),
+    ));
+    let task = tokio::spawn(
+        server
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .into_future(),
+    );
+    Running {
+        addr,
+        client,
+        stop: Some(stop),
+        task,
+    }
 }
 
 /// The test app:
@@ -148,16 +206,7 @@ pub async fn h2_over(tcp: TcpStream, client: Arc<ClientConfig>, window: Option<u
     .await
     .expect("TLS handshake");
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
-    let mut builder = h2::client::Builder::new();
-    match window {
-        Some(w) => builder.initial_window_size(w),
-        None => builder
-            .initial_window_size(8 << 20)
-            .initial_connection_window_size(32 << 20),
-    };
-    let (send, connection) = within("h2 handshake", builder.handshake(tls))
-        .await
-        .expect("h2 handshake");
+    let (send, connection) = h2_handshake(tls, window).await;
     H2Client {
         send,
         connection: tokio::spawn(connection),
@@ -183,22 +232,9 @@ impl H2Client {
         let res = self.request(path).await;
         let status = res.status();
         let mut body = res.into_body();
-        let body = within("h2 body", read_all(&mut body)).await;
+        let body = within("h2 body", read_all(&mut body, usize::MAX)).await;
         (status, body)
     }
-}
-
-/// Reads the body to its end, releasing flow-control capacity as it goes.
-pub async fn read_all(body: &mut h2::RecvStream) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.expect("h2 DATA");
-        body.flow_control()
-            .release_capacity(chunk.len())
-            .expect("release capacity");
-        out.extend_from_slice(&chunk);
-    }
-    out
 }
 
 /// Asserts that `body` is exactly the first `len` pattern bytes, naming the first wrong
