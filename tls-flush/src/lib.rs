@@ -27,10 +27,18 @@
 #![deny(missing_docs)]
 
 mod absorb;
+#[cfg(any(feature = "serve", feature = "axum"))]
+mod accept;
+#[cfg(feature = "axum-server")]
+mod acceptor;
 mod anticipation;
 mod config;
 mod frame;
 mod hpack;
+#[cfg(feature = "axum")]
+mod listener;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod priorities;
 mod read_observer;
 mod scheduler;
@@ -42,7 +50,11 @@ mod stream;
 mod transport;
 mod write_path;
 
+#[cfg(feature = "axum-server")]
+pub use acceptor::{FlushAcceptor, FlushAcceptorFuture};
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
+#[cfg(feature = "axum")]
+pub use listener::{ConnectionInfo, FlushListener};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};
 pub use stats::{ConnectionStats, StatsSnapshot};
