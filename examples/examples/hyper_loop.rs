@@ -36,13 +36,17 @@ async fn serve(args: Args) -> Result<(), BoxError> {
     let Some(config) = examples::flush_config(&args) else {
         return examples::run(args, app).await;
     };
-    let mut bound = examples::bind(&args).await?;
-    let acceptor = TlsAcceptor::from(bound.tls);
+    let examples::Bound {
+        listener,
+        tls,
+        mut shutdown,
+    } = examples::bind(&args).await?;
+    let acceptor = TlsAcceptor::from(tls);
     let graceful = GracefulShutdown::new();
 
     let signal = loop {
         let (tcp, peer) = tokio::select! {
-            accepted = bound.listener.accept() => match accepted {
+            accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
                     warn!(error = %e, "accept failed");
@@ -50,24 +54,31 @@ async fn serve(args: Args) -> Result<(), BoxError> {
                     continue;
                 }
             },
-            signal = bound.shutdown.recv() => break signal,
+            signal = shutdown.recv() => break signal,
         };
         let (acceptor, config, app) = (acceptor.clone(), config.clone(), app.clone());
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            tcp.set_nodelay(true)?;
-            let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await??;
-            // The wrapper goes where the TLS stream went: `TokioIo::new(tls)` before.
-            let stream = FlushStream::new(tls, config);
-            let stats = stream.stats();
-            let service = TowerToHyperService::new(Extension(stats.clone()).layer(app));
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
-            let result = served.await;
-            debug!(%peer, counters = ?stats.snapshot(), "tls-flush counters");
-            result
+            let served: Result<(), BoxError> = async move {
+                tcp.set_nodelay(true)?;
+                let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await??;
+                // The wrapper goes where the TLS stream went: `TokioIo::new(tls)` before.
+                let stream = FlushStream::new(tls, config);
+                let stats = stream.stats();
+                let service = TowerToHyperService::new(Extension(stats.clone()).layer(app));
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let served = watcher.watch(builder.serve_connection(TokioIo::new(stream), service));
+                let result = served.await;
+                debug!(%peer, counters = ?stats.snapshot(), "tls-flush counters");
+                result
+            }
+            .await;
+            if let Err(e) = served {
+                debug!(%peer, error = %e, "connection failed");
+            }
         });
     };
+    drop(listener);
     tracing::info!(signal, "stopped accepting; waiting for in-flight responses");
     match tokio::time::timeout(GRACEFUL_TIMEOUT, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections closed; exiting"),
