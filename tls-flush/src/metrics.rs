@@ -1,4 +1,4 @@
-//! The connections' counters through the [`metrics`](::metrics) facade (feature `metrics`),
+//! The connections' counters through the `metrics` crate's facade (feature `metrics`),
 //! for whatever exporter the application installs (Prometheus, OpenTelemetry, StatsD, ...).
 //!
 //! Every wrapped connection adds to the same process-wide metrics, as it goes: a counter
