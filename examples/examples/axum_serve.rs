@@ -57,11 +57,5 @@ async fn serve(args: Args) -> Result<(), BoxError> {
 async fn main() -> ExitCode {
     let args = Args::parse();
     examples::logging::init();
-    match serve(args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    examples::exit_code(serve(args).await)
 }

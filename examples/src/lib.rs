@@ -32,7 +32,9 @@ pub mod tls;
 
 pub use body::{pattern_byte, PatternBody, CHUNK_SIZE};
 pub use cli::Args;
-pub use server::{bind, flush_config, run, serve, serve_with_shutdown, Bound, ShutdownSignal};
+pub use server::{
+    bind, exit_code, flush_config, run, serve, serve_with_shutdown, Bound, ShutdownSignal,
+};
 
 /// The boxed error type used across the example servers.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

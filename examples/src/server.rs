@@ -137,6 +137,18 @@ pub fn flush_config(args: &Args) -> Option<FlushConfig> {
     })
 }
 
+/// The process exit status for a server's outcome: success, or the error on stderr and
+/// failure.
+pub fn exit_code(result: Result<(), BoxError>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Prints `listening on https://IP:PORT` on stdout and flushes it.
 pub fn announce(addr: SocketAddr) -> io::Result<()> {
     let mut out = io::stdout().lock();

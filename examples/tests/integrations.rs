@@ -9,7 +9,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Duration;
 
 use examples::responses::{BG_LEN, CRITICAL_LEN};
@@ -18,20 +18,9 @@ use tokio::process::Command;
 
 const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A fresh scratch directory for one run's bodies.
-fn scratch_dir(name: &str, policy: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "examples-integrations-{}-{name}-{policy}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// Runs one curl over HTTP/2 (`-k`, the URLs one after another on one connection) and
 /// returns its `-w` lines: `URL HTTP_VERSION STATUS SIZE NEW_CONNECTS priority=[...]`.
-async fn curl_h2(dir: &PathBuf, urls: &[String], headers: &[&str]) -> Vec<String> {
+async fn curl_h2(dir: &Path, urls: &[String], headers: &[&str]) -> Vec<String> {
     let mut cmd = Command::new("curl");
     cmd.args(["-sS", "-k", "--http2"])
         .args([
@@ -66,7 +55,7 @@ async fn curl_over_one_connection(name: &'static str) {
     println!("[{name}] {}", require_tool("curl", &["--version"]));
     for policy in policies() {
         let mut server = Server::start(name, &["--policy", policy]).await;
-        let dir = scratch_dir(name, policy);
+        let dir = scratch_dir("integrations", &[name, policy]);
         let base = format!("https://{}", server.addr);
         let paths = [
             ("/critical", CRITICAL_LEN, "u=0"),
@@ -126,7 +115,7 @@ fn check_counters(name: &str, policy: &str, c: &BTreeMap<String, u64>) {
 async fn axum_serve_exports_prometheus_metrics() {
     require_tool("curl", &["--version"]);
     let mut server = Server::start("axum_serve", &[]).await;
-    let dir = scratch_dir("metrics", "scheduled");
+    let dir = scratch_dir("integrations", &["metrics"]);
     let base = format!("https://{}", server.addr);
     let lines = curl_h2(&dir, &[format!("{base}/bg/one")], &[]).await;
     assert!(lines[0].contains(&format!(" 2 200 {BG_LEN} ")), "{lines:?}");

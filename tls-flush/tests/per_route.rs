@@ -175,6 +175,16 @@ async fn send(c: &H2Client, path: &str, priority: Option<&str>) -> http::Respons
     within("h2 response", res).await.unwrap()
 }
 
+/// Requests `/bulk` (pinned `u=7`) and waits for its first DATA, so that the rest of it is
+/// queued in the wrapper behind the slow tap.
+async fn start_bulk(c: &H2Client) -> (h2::RecvStream, Vec<u8>) {
+    let bulk = send(c, "/bulk", None).await;
+    assert_eq!(bulk.headers()["priority"], "u=7");
+    let mut bulk = bulk.into_body();
+    let first = within("bulk DATA", bulk.data()).await.unwrap().unwrap();
+    (bulk, first.to_vec())
+}
+
 /// The frames of the server's plaintext, each with the offset just past it, and the offsets
 /// where records end.
 fn wire(records: &[Vec<u8>]) -> (Vec<(Frame, usize)>, Vec<usize>) {
@@ -227,14 +237,7 @@ async fn two_routes_one_connection_different_wire_behaviour() {
     let stats = within("stats", stats).await.unwrap();
 
     // Stream 1: the bulk download; once it flows, stream 3: /critical.
-    let bulk = send(&c, "/bulk", None).await;
-    assert_eq!(bulk.headers()["priority"], "u=7");
-    let mut bulk = bulk.into_body();
-    let mut got = within("bulk DATA", bulk.data())
-        .await
-        .unwrap()
-        .unwrap()
-        .to_vec();
+    let (mut bulk, mut got) = start_bulk(&c).await;
     let before = stats.snapshot();
     let critical = send(&c, "/critical", None).await;
     assert_eq!(critical.headers()["priority"], "u=0");
@@ -245,13 +248,7 @@ async fn two_routes_one_connection_different_wire_behaviour() {
     assert_pattern(&got, BIG_LEN, "/bulk");
 
     // Stream 5: bulk again; then /plain (7) and /follow (9), both asking u=0.
-    let bulk = send(&c, "/bulk", None).await;
-    let mut bulk = bulk.into_body();
-    let mut got = within("bulk DATA", bulk.data())
-        .await
-        .unwrap()
-        .unwrap()
-        .to_vec();
+    let (mut bulk, mut got) = start_bulk(&c).await;
     let plain = send(&c, "/plain", Some("u=0")).await;
     assert_eq!(plain.headers()["priority"], "u=3, i=?0");
     let follow = send(&c, "/follow", Some("u=0")).await;

@@ -601,3 +601,15 @@ pub async fn check_graceful_shutdown(name: &'static str) {
     let status = within("server exit", server.child.wait()).await.unwrap();
     assert!(status.success(), "{name}: exit status {status:?}");
 }
+
+/// A fresh scratch directory `examples-{suite}-{pid}-{parts...}` for one test's files.
+pub fn scratch_dir(suite: &str, parts: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "examples-{suite}-{}-{}",
+        std::process::id(),
+        parts.join("-")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
