@@ -13,6 +13,11 @@
 //! - [`logging`]: `tracing` to stderr, so stdout's first line stays clean;
 //! - [`axum_app`] and [`hyper_app`]: the demo app as an axum `Router` and as a plain
 //!   tower service, used by the example binaries and by the integration tests.
+//!
+//! The examples `axum_serve`, `axum_server` and `hyper_loop` show the wrapper in the three
+//! usual ways of serving axum over rustls (`axum::serve` with `tls_flush::FlushListener`,
+//! axum-server with `tls_flush::FlushAcceptor`, a hand-written hyper-util loop); they add
+//! `GET /stats` ([`responses::stats_response`]: the connection's counters) to the routes.
 
 #![warn(missing_docs)]
 
@@ -27,7 +32,9 @@ pub mod tls;
 
 pub use body::{pattern_byte, PatternBody, CHUNK_SIZE};
 pub use cli::Args;
-pub use server::{run, serve, serve_with_shutdown, ShutdownSignal};
+pub use server::{
+    bind, exit_code, flush_config, run, serve, serve_with_shutdown, Bound, ShutdownSignal,
+};
 
 /// The boxed error type used across the example servers.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -120,6 +120,24 @@ pub fn index_response() -> Response<Full<Bytes>> {
     res
 }
 
+/// Path of the connection-counters route of the `axum_serve`, `axum_server` and `hyper_loop`
+/// examples.
+pub const STATS_PATH: &str = "/stats";
+
+/// `GET /stats`: the requesting connection's `tls_flush` counters as they are now, one
+/// `StatsSnapshot { name: value, ... }` line (its `Debug` form), `text/plain`.
+///
+/// ```
+/// let res = examples::responses::stats_response(tls_flush::StatsSnapshot::default());
+/// assert_eq!(res.status(), 200);
+/// ```
+pub fn stats_response(stats: tls_flush::StatsSnapshot) -> Response<Full<Bytes>> {
+    let mut res = Response::new(Full::new(Bytes::from(format!("{stats:?}\n"))));
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(TEXT));
+    res
+}
+
 /// A plain-text error response with `status` and `reason` (a newline is appended).
 pub fn text_response(status: StatusCode, reason: impl fmt::Display) -> Response<Full<Bytes>> {
     let mut res = Response::new(Full::new(Bytes::from(format!("{reason}\n"))));

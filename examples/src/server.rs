@@ -72,20 +72,77 @@ impl ShutdownSignal {
 /// handlers, binds `args.addr`, prints exactly `listening on https://IP:PORT` (the bound
 /// address) as the first line on stdout and flushes it, then runs [`serve_with_shutdown`].
 pub async fn run<S: HttpService>(args: Args, service: S) -> Result<(), BoxError> {
-    let tls = crate::tls::config_from_args(&args)?;
+    let bound = bind(&args).await?;
+    serve_with_shutdown(
+        bound.listener,
+        bound.tls,
+        flush_config(&args),
+        service,
+        bound.shutdown,
+    )
+    .await?;
+    Ok(())
+}
+
+/// A server ready to accept: what [`bind`] returns.
+#[derive(Debug)]
+pub struct Bound {
+    /// The listening socket, bound to `--addr`.
+    pub listener: TcpListener,
+    /// The TLS configuration from `--cert/--key` (or a generated certificate) and
+    /// `--record-size`.
+    pub tls: Arc<ServerConfig>,
+    /// SIGINT and SIGTERM, installed before the address was announced.
+    pub shutdown: ShutdownSignal,
+}
+
+/// The steps every example server takes before it accepts: builds the TLS configuration
+/// from `args`, installs the signal handlers, binds `args.addr`, and prints exactly
+/// `listening on https://IP:PORT` (the bound address) as the first line on stdout.
+pub async fn bind(args: &Args) -> Result<Bound, BoxError> {
+    let tls = crate::tls::config_from_args(args)?;
     let shutdown = ShutdownSignal::install()?;
     let listener = TcpListener::bind(args.addr)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.addr))?;
     let local = listener.local_addr()?;
     announce(local)?;
-    let policy = policy_name(args.policy);
-    info!(addr = %local, policy = %policy, record_size = ?args.record_size, "listening");
-    let flush = args.policy.map(|policy| {
+    info!(
+        addr = %local,
+        policy = %policy_name(args.policy),
+        record_size = ?args.record_size,
+        "listening"
+    );
+    Ok(Bound {
+        listener,
+        tls,
+        shutdown,
+    })
+}
+
+/// The wrapper's configuration for `--policy` and `--record-size`; `None` for `stock`.
+///
+/// ```
+/// use clap::Parser;
+/// let args = examples::Args::try_parse_from(["x", "--policy", "stock"]).unwrap();
+/// assert!(examples::server::flush_config(&args).is_none());
+/// ```
+pub fn flush_config(args: &Args) -> Option<FlushConfig> {
+    args.policy.map(|policy| {
         FlushConfig::for_policy(policy).tls_max_fragment_size(args.record_size.map(usize::from))
-    });
-    serve_with_shutdown(listener, tls, flush, service, shutdown).await?;
-    Ok(())
+    })
+}
+
+/// The process exit status for a server's outcome: success, or the error on stderr and
+/// failure.
+pub fn exit_code(result: Result<(), BoxError>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Prints `listening on https://IP:PORT` on stdout and flushes it.

@@ -27,13 +27,7 @@ const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A fresh scratch directory for one test's files.
 fn scratch_dir(test: &str, name: &str, policy: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "examples-interop-{}-{test}-{name}-{policy}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    support::scratch_dir("interop", &[test, name, policy])
 }
 
 /// Stops the server and returns the counters of the connections it served; with a

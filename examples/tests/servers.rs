@@ -357,40 +357,9 @@ async fn bogus_policy(name: &'static str) {
     assert!(err.contains("bogus") && err.contains("stock"), "{err}");
 }
 
-/// SIGTERM during a download: the server stops accepting connections but finishes the
-/// in-flight 1 MiB response byte-exact, then exits with status 0.
+/// SIGTERM with a download stalled on flow control: see `support::check_graceful_shutdown`.
 async fn graceful_shutdown(name: &'static str) {
-    let mut server = Server::start(name, &[]).await;
-    // Default 64 KiB windows and no capacity released: the download stalls mid-body.
-    let mut c = h2_connect(server.addr, insecure_client(H2), "localhost", Some(65_535)).await;
-    let res = c.request("GET", "/bg/x", &[]).await;
-    assert_eq!(res.status(), StatusCode::OK);
-    let mut body = res.into_body();
-    let mut got = read_unreleased(&mut body, 32 * 1024).await;
-    let partial = got.len();
-
-    server.sigterm();
-
-    // The listener closes...
-    within("listener closed", async {
-        while TcpStream::connect(server.addr).await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    // ...while the process waits for the response in flight.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        server.child.try_wait().unwrap().is_none(),
-        "server exited with a response in flight"
-    );
-
-    body.flow_control().release_capacity(partial).unwrap();
-    got.extend(within("rest of /bg/x", read_all(&mut body, usize::MAX)).await);
-    assert_pattern(&got, BG_LEN, "/bg/x across shutdown");
-
-    let status = within("server exit", server.child.wait()).await.unwrap();
-    assert!(status.success(), "exit status {status:?}");
+    check_graceful_shutdown(name).await;
 }
 
 for_both!(

@@ -29,10 +29,18 @@
 #![deny(missing_docs)]
 
 mod absorb;
+#[cfg(any(feature = "serve", feature = "axum"))]
+mod accept;
+#[cfg(feature = "axum-server")]
+mod acceptor;
 mod anticipation;
 mod config;
 mod frame;
 mod hpack;
+#[cfg(feature = "axum")]
+mod listener;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod path;
 mod priorities;
 mod read_observer;
@@ -46,7 +54,11 @@ mod timer;
 mod transport;
 mod write_path;
 
+#[cfg(feature = "axum-server")]
+pub use acceptor::{FlushAcceptor, FlushAcceptorFuture};
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
+#[cfg(feature = "axum")]
+pub use listener::{ConnectionInfo, FlushListener};
 pub use path::{PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};

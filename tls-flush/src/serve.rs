@@ -41,6 +41,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn, Instrument};
 
+use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::config::FlushConfig;
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
@@ -88,14 +89,11 @@ where
     type ResBody = B;
 }
 
-const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// hyper's own default.
 const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// hyper's own default.
 const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Per-connection settings shared by [`serve`] and [`serve_connection`].
 #[derive(Debug, Clone, Copy)]
@@ -459,46 +457,6 @@ impl<S: HttpService> IntoFuture for Serve<S> {
     }
 }
 
-/// What an accept error means for the loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AcceptError {
-    /// About the pending connection only: accept the next one at once.
-    Connection,
-    /// The listening socket is unusable for good.
-    Fatal,
-    /// Resource exhaustion or unknown: retry after a backoff.
-    Transient,
-}
-
-fn classify(err: &io::Error) -> AcceptError {
-    match err.raw_os_error() {
-        Some(libc::EBADF | libc::ENOTSOCK | libc::EINVAL) => AcceptError::Fatal,
-        // Network errors Linux passes on from the pending connection (accept(2)), and a
-        // firewall's EPERM.
-        Some(
-            libc::ECONNABORTED
-            | libc::ECONNRESET
-            | libc::ECONNREFUSED
-            | libc::EPROTO
-            | libc::ENETDOWN
-            | libc::ENOPROTOOPT
-            | libc::EHOSTDOWN
-            | libc::ENONET
-            | libc::EHOSTUNREACH
-            | libc::EOPNOTSUPP
-            | libc::ENETUNREACH
-            | libc::EPERM,
-        ) => AcceptError::Connection,
-        Some(_) => AcceptError::Transient,
-        None => match err.kind() {
-            io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionRefused => AcceptError::Connection,
-            _ => AcceptError::Transient,
-        },
-    }
-}
-
 impl<S: HttpService> Serve<S> {
     async fn run(self) -> io::Result<()> {
         let Serve {
@@ -514,7 +472,7 @@ impl<S: HttpService> Serve<S> {
         // `true` once the server shuts down; every connection task holds a receiver.
         let (shutdown, _) = watch::channel(false);
         let mut connections = JoinSet::new();
-        let mut backoff: Option<Duration> = None;
+        let mut backoff = Backoff::default();
         let mut failure = None;
         let local = listener.local_addr().ok();
         debug!(addr = ?local, "tls-flush: accepting");
@@ -526,7 +484,7 @@ impl<S: HttpService> Serve<S> {
                 Some(joined) = connections.join_next() => reap(joined),
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, _peer)) => {
-                        backoff = None;
+                        backoff.reset();
                         let task = run_connection_owned(
                             tcp,
                             acceptor.clone(),
@@ -548,10 +506,7 @@ impl<S: HttpService> Serve<S> {
                             break 'accept;
                         }
                         AcceptError::Transient => {
-                            let delay = backoff.map_or(MIN_ACCEPT_BACKOFF, |d| {
-                                (d * 2).min(MAX_ACCEPT_BACKOFF)
-                            });
-                            backoff = Some(delay);
+                            let delay = backoff.next_delay();
                             warn!(error = %err, retry_in = ?delay, "accept failed");
                             tokio::select! {
                                 biased;
@@ -856,21 +811,6 @@ impl Transport for Tracked<TcpStream> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn accept_errors() {
-        let os = io::Error::from_raw_os_error;
-        assert_eq!(classify(&os(libc::EMFILE)), AcceptError::Transient);
-        assert_eq!(classify(&os(libc::ENFILE)), AcceptError::Transient);
-        assert_eq!(classify(&os(libc::ENOBUFS)), AcceptError::Transient);
-        assert_eq!(classify(&os(libc::ECONNABORTED)), AcceptError::Connection);
-        assert_eq!(classify(&os(libc::EPROTO)), AcceptError::Connection);
-        assert_eq!(classify(&os(libc::EBADF)), AcceptError::Fatal);
-        assert_eq!(classify(&os(libc::EINVAL)), AcceptError::Fatal);
-        let custom = io::Error::new(io::ErrorKind::ConnectionReset, "reset");
-        assert_eq!(classify(&custom), AcceptError::Connection);
-        assert_eq!(classify(&io::Error::other("?")), AcceptError::Transient);
-    }
 
     #[tokio::test]
     async fn idle_deadline_follows_activity() {

@@ -40,6 +40,22 @@ struct Counters {
     bytes_read: AtomicU64,
     tcp_info_reads: AtomicU64,
     budget_waits: AtomicU64,
+    /// The same counts, through the `metrics` facade.
+    #[cfg(feature = "metrics")]
+    metrics: crate::metrics::Handles,
+}
+
+/// The connection has ended (its last handle is gone): one sample per connection for the
+/// high-water histograms.
+#[cfg(feature = "metrics")]
+impl Drop for Counters {
+    fn drop(&mut self) {
+        let m = &self.metrics;
+        m.queue_high_water
+            .record(self.queued_bytes_high_water.load(Relaxed) as f64);
+        m.queue_memory_high_water
+            .record(self.queued_memory_high_water.load(Relaxed) as f64);
+    }
 }
 
 /// A point-in-time copy of [`ConnectionStats`].
@@ -92,6 +108,8 @@ macro_rules! adders {
     ($($name:ident => $field:ident),* $(,)?) => {
         $(pub(crate) fn $name(&self, n: u64) {
             self.inner.$field.fetch_add(n, Relaxed);
+            #[cfg(feature = "metrics")]
+            self.inner.metrics.$field.increment(n);
         })*
     };
 }

@@ -470,26 +470,31 @@ pub fn counters(logs: &str) -> Vec<Counters> {
                 .and_then(|(_, rest)| rest.split_once(')'))
                 .map(|(peer, _)| peer.to_owned())
                 .unwrap_or_default();
-            let fields = line
-                .split_once("StatsSnapshot {")
-                .and_then(|(_, rest)| rest.rsplit_once('}'))
-                .map(|(fields, _)| fields)
-                .unwrap_or_else(|| panic!("unexpected counters line {line:?}"));
-            let values = fields
-                .split(',')
-                .filter(|f| !f.trim().is_empty())
-                .map(|f| {
-                    let (k, v) = f
-                        .split_once(':')
-                        .unwrap_or_else(|| panic!("bad counter {f:?} in {line:?}"));
-                    let v = v
-                        .trim()
-                        .parse()
-                        .unwrap_or_else(|e| panic!("bad counter {f:?} in {line:?}: {e}"));
-                    (k.trim().to_owned(), v)
-                })
-                .collect();
+            let values = snapshot_fields(line)
+                .unwrap_or_else(|e| panic!("unexpected counters line {line:?}: {e}"));
             Counters { peer, values }
+        })
+        .collect()
+}
+
+/// The fields of the `StatsSnapshot { name: value, ... }` (its `Debug` form) in `text`: a
+/// `tls-flush counters` log line, or the body of the examples' `GET /stats`.
+pub fn snapshot_fields(text: &str) -> Result<std::collections::BTreeMap<String, u64>, String> {
+    let fields = text
+        .split_once("StatsSnapshot {")
+        .and_then(|(_, rest)| rest.rsplit_once('}'))
+        .map(|(fields, _)| fields)
+        .ok_or("no `StatsSnapshot { .. }`")?;
+    fields
+        .split(',')
+        .filter(|f| !f.trim().is_empty())
+        .map(|f| {
+            let (k, v) = f.split_once(':').ok_or(format!("bad counter {f:?}"))?;
+            let v = v
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad counter {f:?}: {e}"))?;
+            Ok((k.trim().to_owned(), v))
         })
         .collect()
 }
@@ -545,4 +550,63 @@ pub fn pattern_histogram(len: u64) -> [u64; 256] {
         *count = len / 251 + u64::from((v as u64) < len % 251);
     }
     h
+}
+
+/// SIGTERM during a download: the server `name` (default policy) stops accepting
+/// connections but finishes the in-flight 1 MiB `/bg/x` response byte-exact, then exits
+/// with status 0.
+pub async fn check_graceful_shutdown(name: &'static str) {
+    let mut server = Server::start(name, &[]).await;
+    // Default 64 KiB windows and no capacity released: the download stalls mid-body.
+    let mut c = h2_connect(
+        server.addr,
+        insecure_client(&[b"h2"]),
+        "localhost",
+        Some(65_535),
+    )
+    .await;
+    let res = c.request("GET", "/bg/x", &[]).await;
+    assert_eq!(res.status(), StatusCode::OK);
+    let mut body = res.into_body();
+    let mut got = Vec::new();
+    while got.len() < 32 * 1024 {
+        let chunk = within("first DATA", body.data()).await.unwrap().unwrap();
+        got.extend_from_slice(&chunk);
+    }
+    let partial = got.len();
+
+    server.sigterm();
+
+    // The listener closes...
+    within("listener closed", async {
+        while TcpStream::connect(server.addr).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // ...while the process waits for the response in flight.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "{name} exited with a response in flight"
+    );
+
+    body.flow_control().release_capacity(partial).unwrap();
+    got.extend(within("rest of /bg/x", read_all(&mut body, usize::MAX)).await);
+    assert_pattern(&got, examples::responses::BG_LEN, "/bg/x across shutdown");
+
+    let status = within("server exit", server.child.wait()).await.unwrap();
+    assert!(status.success(), "{name}: exit status {status:?}");
+}
+
+/// A fresh scratch directory `examples-{suite}-{pid}-{parts...}` for one test's files.
+pub fn scratch_dir(suite: &str, parts: &[&str]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "examples-{suite}-{}-{}",
+        std::process::id(),
+        parts.join("-")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }

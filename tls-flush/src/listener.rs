@@ -1,0 +1,353 @@
+//! [`FlushListener`]: `axum::serve` over TLS, each connection wrapped in [`FlushStream`];
+//! [`ConnectionInfo`]: the peer's address and the connection's live counters for handlers.
+//!
+//! axum has no TLS of its own: its hook is the [`Listener`] trait, whose `accept` axum calls
+//! in sequence and must return a ready connection. So the TLS handshakes run here,
+//! concurrently, and `accept` hands out only connections whose handshake succeeded.
+//!
+//! Invariants:
+//!
+//! - A slow or silent client never delays another: each handshake runs on its own task,
+//!   owned by the listener (a [`JoinSet`]), under
+//!   [`handshake_timeout`](FlushListener::handshake_timeout) (10 s by default).
+//! - At most [`max_pending_handshakes`](FlushListener::max_pending_handshakes) handshakes run
+//!   at once; while that many are pending the listener stops accepting TCP connections, which
+//!   wait in the kernel's backlog.
+//! - `accept` never fails and never returns a failed handshake: failures are logged (debug
+//!   level, target `tls_flush::listener`) and skipped; accept errors are retried at once when
+//!   they concern one pending connection and after a backoff (5 ms doubling to 1 s) otherwise.
+//! - `accept` is cancel-safe: axum's graceful shutdown drops it at any await point without
+//!   losing a connection, since accepted connections and finished handshakes stay in the
+//!   set. Dropping the listener aborts the handshakes still running.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinError, JoinSet};
+use tokio::time::Instant;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, warn};
+
+use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
+use crate::config::FlushConfig;
+use crate::stats::{ConnectionStats, StatsSnapshot};
+use crate::stream::FlushStream;
+
+/// The default bound on concurrent TLS handshakes.
+const DEFAULT_MAX_PENDING_HANDSHAKES: usize = 512;
+
+type Handshake = (SocketAddr, io::Result<TlsStream<TcpStream>>);
+
+/// An [`axum::serve::Listener`] that accepts TCP connections, runs their TLS handshakes
+/// concurrently and yields each connection wrapped in a [`FlushStream`].
+///
+/// Replace the `TcpListener` given to `axum::serve` with it; everything else, graceful
+/// shutdown included, stays as it was. The module documentation lists the invariants.
+///
+/// ```no_run
+/// # async fn run(tls_config: std::sync::Arc<rustls::ServerConfig>) -> std::io::Result<()> {
+/// use tls_flush::{FlushConfig, FlushListener};
+///
+/// let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+/// let tcp = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
+/// let listener = FlushListener::new(tcp, tls_config.into(), FlushConfig::default());
+/// axum::serve(listener, app)
+///     .with_graceful_shutdown(async {
+///         let _ = tokio::signal::ctrl_c().await;
+///     })
+///     .await
+/// # }
+/// ```
+pub struct FlushListener {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+    config: FlushConfig,
+    handshake_timeout: Duration,
+    max_pending: usize,
+    pending: JoinSet<Handshake>,
+    backoff: Backoff,
+    /// Set after an accept error that needs a pause; kept here, not in the `accept` future,
+    /// so that the pause survives the future being dropped and polled anew.
+    retry_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for FlushListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `TlsAcceptor` has no `Debug`.
+        f.debug_struct("FlushListener")
+            .field("tcp", &self.tcp)
+            .field("config", &self.config)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_pending_handshakes", &self.max_pending)
+            .field("pending", &self.pending.len())
+            .field("retry_at", &self.retry_at)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FlushListener {
+    /// Listens on `tcp`, handshakes with `acceptor` and wraps every connection with
+    /// `config`. Handshakes time out after 10 s; at most 512 run at once.
+    ///
+    /// ```no_run
+    /// # async fn run(acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let listener = tls_flush::FlushListener::new(tcp, acceptor, tls_flush::FlushConfig::default());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(tcp: TcpListener, acceptor: TlsAcceptor, config: FlushConfig) -> Self {
+        FlushListener {
+            tcp,
+            acceptor,
+            config,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_pending: DEFAULT_MAX_PENDING_HANDSHAKES,
+            pending: JoinSet::new(),
+            backoff: Backoff::default(),
+            retry_at: None,
+        }
+    }
+
+    /// How long a client may take to complete its TLS handshake, counted from the moment
+    /// its TCP connection was accepted (default 10 s). A client that takes longer is
+    /// disconnected and never reaches axum.
+    ///
+    /// ```no_run
+    /// # async fn run(tcp: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) {
+    /// use std::time::Duration;
+    /// let listener = tls_flush::FlushListener::new(tcp, acceptor, Default::default())
+    ///     .handshake_timeout(Duration::from_secs(5));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// How many TLS handshakes may run at once (default 512; at least 1). While that many
+    /// are pending, no new TCP connection is accepted: the kernel's backlog holds them, so
+    /// a flood of silent clients costs at most this many tasks and sockets.
+    ///
+    /// ```no_run
+    /// # async fn run(tcp: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) {
+    /// let listener = tls_flush::FlushListener::new(tcp, acceptor, Default::default())
+    ///     .max_pending_handshakes(64);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn max_pending_handshakes(mut self, max: usize) -> Self {
+        self.max_pending = max.max(1);
+        self
+    }
+
+    /// The listening socket.
+    ///
+    /// ```no_run
+    /// # fn run(listener: &tls_flush::FlushListener) -> std::io::Result<()> {
+    /// println!("listening on https://{}", listener.get_ref().local_addr()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn get_ref(&self) -> &TcpListener {
+        &self.tcp
+    }
+
+    /// Accepts one TCP connection (or waits out an accept backoff) unless the handshake
+    /// set is full, then returns the first connection whose handshake succeeded.
+    async fn next(&mut self) -> (FlushStream<TlsStream<TcpStream>>, SocketAddr) {
+        loop {
+            let accepting = self.pending.len() < self.max_pending && self.retry_at.is_none();
+            let retry_at = self.retry_at;
+            // Finished handshakes first: they are connections a client is waiting on.
+            tokio::select! {
+                biased;
+                Some(joined) = self.pending.join_next() => {
+                    if let Some(ready) = self.finished(joined) {
+                        return ready;
+                    }
+                }
+                () = sleep_until(retry_at), if retry_at.is_some() => self.retry_at = None,
+                accepted = self.tcp.accept(), if accepting => match accepted {
+                    Ok((tcp, peer)) => {
+                        self.backoff.reset();
+                        self.start_handshake(tcp, peer);
+                    }
+                    Err(err) => self.accept_failed(&err),
+                },
+            }
+        }
+    }
+
+    fn start_handshake(&mut self, tcp: TcpStream, peer: SocketAddr) {
+        // Urgent records must not wait for Nagle; see `FlushStream`.
+        if let Err(err) = tcp.set_nodelay(true) {
+            debug!(%peer, error = %err, "TCP_NODELAY not set");
+        }
+        let handshake = self.acceptor.accept(tcp);
+        let timeout = self.handshake_timeout;
+        self.pending.spawn(async move {
+            let result = match tokio::time::timeout(timeout, handshake).await {
+                Ok(result) => result,
+                Err(_) => Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("TLS handshake not finished within {timeout:?}"),
+                )),
+            };
+            (peer, result)
+        });
+    }
+
+    fn finished(
+        &mut self,
+        joined: Result<Handshake, JoinError>,
+    ) -> Option<(FlushStream<TlsStream<TcpStream>>, SocketAddr)> {
+        match joined {
+            Ok((peer, Ok(tls))) => {
+                let stream = FlushStream::new(tls, self.config.clone());
+                debug!(%peer, http2 = stream.is_http2(), "TLS established; wrapped");
+                Some((stream, peer))
+            }
+            Ok((peer, Err(err))) => {
+                debug!(%peer, error = %err, "TLS handshake failed; dropping the connection");
+                None
+            }
+            Err(err) => {
+                if err.is_panic() {
+                    warn!(error = %err, "TLS handshake task panicked");
+                }
+                None
+            }
+        }
+    }
+
+    fn accept_failed(&mut self, err: &io::Error) {
+        match classify(err) {
+            AcceptError::Connection => {
+                debug!(error = %err, "accept failed for one connection; continuing");
+            }
+            // `Listener::accept` cannot fail: an unusable socket is retried like a full
+            // file table, slowly, and said loudly.
+            AcceptError::Fatal | AcceptError::Transient => {
+                let delay = self.backoff.next_delay();
+                warn!(error = %err, retry_in = ?delay, "accept failed");
+                self.retry_at = Some(Instant::now() + delay);
+            }
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Listener for FlushListener {
+    type Io = FlushStream<TlsStream<TcpStream>>;
+    type Addr = SocketAddr;
+
+    fn accept(&mut self) -> impl std::future::Future<Output = (Self::Io, Self::Addr)> + Send {
+        self.next()
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+}
+
+/// What a handler can know about its connection under [`FlushListener`]: the peer's
+/// address and the connection's live counters.
+///
+/// Serve the app with `into_make_service_with_connect_info::<ConnectionInfo>()` and extract
+/// `ConnectInfo<ConnectionInfo>`.
+///
+/// ```no_run
+/// # async fn run(listener: tls_flush::FlushListener) -> std::io::Result<()> {
+/// use axum::extract::ConnectInfo;
+/// use axum::routing::get;
+/// use tls_flush::ConnectionInfo;
+///
+/// async fn stats(ConnectInfo(info): ConnectInfo<ConnectionInfo>) -> String {
+///     let s = info.stats();
+///     format!("{}: {} records, {} early cuts", info.remote_addr(), s.records_written, s.early_cuts)
+/// }
+///
+/// let app = axum::Router::new().route("/stats", get(stats));
+/// axum::serve(listener, app.into_make_service_with_connect_info::<ConnectionInfo>()).await
+/// # }
+/// ```
+///
+/// axum provides `ConnectInfo<SocketAddr>` only for its own `TcpListener` and for listeners
+/// wrapped with [`ListenerExt::tap_io`](axum::serve::ListenerExt::tap_io) (the orphan rule
+/// keeps other crates from adding it), so an app that extracts `ConnectInfo<SocketAddr>`
+/// serves `listener.tap_io(|_| {})`; `ConnectionInfo` works with that listener too.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    remote_addr: SocketAddr,
+    stats: ConnectionStats,
+}
+
+impl ConnectionInfo {
+    fn of(stream: &FlushStream<TlsStream<TcpStream>>, remote_addr: SocketAddr) -> Self {
+        ConnectionInfo {
+            remote_addr,
+            stats: stream.stats(),
+        }
+    }
+
+    /// The client's address.
+    ///
+    /// ```no_run
+    /// # fn run(info: tls_flush::ConnectionInfo) {
+    /// println!("request from {}", info.remote_addr());
+    /// # }
+    /// ```
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.remote_addr
+    }
+
+    /// The connection's counters as they are now (they keep moving while it is open).
+    ///
+    /// ```no_run
+    /// # fn run(info: tls_flush::ConnectionInfo) {
+    /// println!("{} TLS records so far", info.stats().records_written);
+    /// # }
+    /// ```
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// The handle on the connection's counters, to keep or read later.
+    ///
+    /// ```no_run
+    /// # fn run(info: tls_flush::ConnectionInfo) {
+    /// let stats: tls_flush::ConnectionStats = info.connection_stats().clone();
+    /// # }
+    /// ```
+    pub fn connection_stats(&self) -> &ConnectionStats {
+        &self.stats
+    }
+}
+
+impl Connected<IncomingStream<'_, FlushListener>> for ConnectionInfo {
+    fn connect_info(stream: IncomingStream<'_, FlushListener>) -> Self {
+        ConnectionInfo::of(stream.io(), *stream.remote_addr())
+    }
+}
+
+impl<F> Connected<IncomingStream<'_, axum::serve::TapIo<FlushListener, F>>> for ConnectionInfo
+where
+    F: FnMut(&mut FlushStream<TlsStream<TcpStream>>) + Send + 'static,
+{
+    fn connect_info(stream: IncomingStream<'_, axum::serve::TapIo<FlushListener, F>>) -> Self {
+        ConnectionInfo::of(stream.io(), *stream.remote_addr())
+    }
+}
