@@ -11,14 +11,8 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use hpack_codec::field::LiteralHeaderField;
 use hpack_codec::table::Index;
 
-/// The decoder's own sources (the crate keeps them private).
-#[allow(dead_code)]
-#[path = "../src/hpack"]
-mod hpack {
-    pub mod decoder;
-    pub mod huffman;
-    pub mod table;
-}
+// The decoder's internals, public only with the `bench-internals` feature.
+use tls_flush::hpack_bench as hpack;
 
 const REQUEST_1: &[(&str, &str)] = &[
     (":method", "GET"),
@@ -147,7 +141,7 @@ fn connection(first: &[(&str, &str)], second: &[(&str, &str)]) -> [Vec<u8>; 2] {
 
 /// Our decoder: the `priority` values, as `PassiveDecoder::priority_fields` collects them.
 fn ours(blocks: &[Vec<u8>]) -> usize {
-    let mut d = hpack::decoder::Decoder::new(4096, 64 * 1024);
+    let mut d = hpack::Decoder::new(4096, 64 * 1024);
     let mut found = 0;
     for block in blocks {
         let mut values: Vec<Vec<u8>> = Vec::new();
@@ -213,7 +207,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("ours/user-agent", |b| {
         b.iter(|| {
             out.clear();
-            hpack::huffman::decode(&coded, &mut out).unwrap();
+            hpack::huffman_decode(&coded, &mut out).unwrap();
             out.len()
         })
     });

@@ -11,6 +11,35 @@ mod decoder;
 mod huffman;
 mod table;
 
+/// The decoder's internals for the crate's own benchmark (`benches/hpack.rs`); not an API.
+#[cfg(feature = "bench-internals")]
+pub mod bench {
+    /// The header block decoder the observers use.
+    pub struct Decoder(super::decoder::Decoder);
+
+    impl Decoder {
+        /// A decoder with a dynamic table of `initial_size` bytes that accepts size updates
+        /// up to `max_allowed`.
+        pub fn new(initial_size: usize, max_allowed: usize) -> Self {
+            Decoder(super::decoder::Decoder::new(initial_size, max_allowed))
+        }
+
+        /// Decodes `block`, calling `field` with each name and value.
+        pub fn decode(
+            &mut self,
+            block: &[u8],
+            field: impl FnMut(&[u8], &[u8]),
+        ) -> Result<(), String> {
+            self.0.decode(block, field).map_err(|e| format!("{e:?}"))
+        }
+    }
+
+    /// Appends the decoding of the Huffman-coded `src` to `out`.
+    pub fn huffman_decode(src: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+        super::huffman::decode(src, out).map_err(|e| format!("{e:?}"))
+    }
+}
+
 #[cfg(test)]
 mod props;
 #[cfg(test)]

@@ -57,6 +57,10 @@ mod write_path;
 #[cfg(feature = "axum-server")]
 pub use acceptor::{FlushAcceptor, FlushAcceptorFuture};
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
+/// The HPACK decoder's internals, for `benches/hpack.rs` only (feature `bench-internals`).
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub use hpack::bench as hpack_bench;
 #[cfg(feature = "axum")]
 pub use listener::{ConnectionInfo, FlushListener};
 pub use path::{PathState, MIN_PACED_RTT};

@@ -681,7 +681,11 @@ async fn connection_inner<S: HttpService>(
             }
         }
     };
-    served.map_err(io::Error::other)?;
+    if let Err(err) = served {
+        // The counters of a connection that failed are worth as much as a clean one's.
+        debug!(error = %err, counters = ?stats.snapshot(), "closed with an error");
+        return Err(io::Error::other(err));
+    }
     Ok(stats.snapshot())
 }
 
