@@ -40,6 +40,7 @@
 
 use std::collections::VecDeque;
 use std::task::Poll;
+use std::time::Duration;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -48,9 +49,9 @@ use tls_flush_testkit::{
     check_counters, check_delivery, check_ordering, data, encode_all, expected_frames, finish,
     header_block, inverted_data_frames, literal, match_frames, parse_frames, parse_frames_lenient,
     priority_update, request_block, response_block, settings_frame, write_call, write_input,
-    Buffering, CounterBounds, Frame, Harness, Knobs, OrderChecks, Step, Wire, WriteOp, ACK,
-    CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE, PRIORITY_UPDATE, RST_STREAM,
-    WINDOW_UPDATE,
+    Buffering, CounterBounds, Frame, Harness, Knobs, OrderChecks, SimulatedPath, Step, Wire,
+    WriteOp, ACK, CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE, PRIORITY_UPDATE,
+    RST_STREAM, WINDOW_UPDATE,
 };
 use tokio::io::AsyncWrite;
 
@@ -365,6 +366,8 @@ struct Setup {
     pack: bool,
     /// Keep the preset's anticipation (5 ms for `scheduled`); `false`: `anticipate(None)`.
     anticipate: bool,
+    /// A congestion window the transport reports, for the write budget.
+    path: Option<SimulatedPath>,
 }
 
 impl Setup {
@@ -378,6 +381,7 @@ impl Setup {
             cork: true,
             pack: true,
             anticipate: true,
+            path: None,
         }
     }
 
@@ -418,10 +422,9 @@ fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     let input = encode_all(&input_frames);
     let client = client_bytes(scn);
     let knobs = setup.knobs();
-    let mut h = Harness::new(
-        knobs.config(),
-        Wire::new(scn.schedule.clone(), scn.buffering, client.clone()),
-    );
+    let mut wire = Wire::new(scn.schedule.clone(), scn.buffering, client.clone());
+    wire.path = setup.path;
+    let mut h = Harness::new(knobs.config(), wire);
 
     // h2's side: random-sized (vectored) writes re-offering the rest, random flushes,
     // client bytes read in between.
@@ -470,6 +473,27 @@ fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A path between a first flight (10 segments, no rate yet) and a wide, measured one, on
+/// a 20 ms or a sub-millisecond RTT, acknowledging from a byte to a window per look.
+fn simulated_path() -> impl Strategy<Value = SimulatedPath> {
+    (
+        prop::sample::select(vec![1u32, 10, 40, 400]),
+        prop::sample::select(vec![536u32, 1448, 65483]),
+        prop::sample::select(vec![0u64, 20_000, 500]),
+        prop::sample::select(vec![0u64, 2_500_000]),
+        prop::sample::select(vec![1usize, 100, 1448, 16384]),
+    )
+        .prop_map(
+            |(cwnd, mss, rtt_us, delivery_rate, acked_per_read)| SimulatedPath {
+                cwnd,
+                mss,
+                min_rtt: Duration::from_micros(rtt_us),
+                delivery_rate,
+                acked_per_read,
+            },
+        )
 }
 
 fn policy() -> impl Strategy<Value = Policy> {
@@ -642,6 +666,17 @@ proptest! {
     #[test]
     fn every_policy_delivers_exact_streams_with_default_limits(scn in scenario()) {
         run_every_policy(&scn, |setup| setup)?;
+    }
+
+    /// Properties (1)-(7) for every policy while the transport reports a congestion window
+    /// (small or wide, measured rate or not, paced or sub-millisecond RTT): the write budget
+    /// sizes and delays records but every byte still arrives, once, in order.
+    #[test]
+    fn a_reported_congestion_window_keeps_every_stream_exact(
+        scn in scenario(),
+        path in simulated_path(),
+    ) {
+        run_every_policy(&scn, |setup| Setup { path: Some(path), ..setup })?;
     }
 
     /// Properties (1)-(7) for every policy with small limits (8 KiB soft / 32 KiB hard), so

@@ -115,6 +115,28 @@ pub struct Wire {
     /// progress (see [`Wire::tick`]), and the progress value they were counted against.
     calls_without_progress: Cell<usize>,
     progress_mark: Cell<usize>,
+    /// Report a congestion window through `Transport::path_state` (see [`SimulatedPath`]).
+    pub path: Option<SimulatedPath>,
+    /// Bytes of `accepted` the simulated path has acknowledged.
+    acked: usize,
+}
+
+/// A TCP path the transport reports through `Transport::path_state`: every byte accepted is
+/// in flight (up to the window, the rest unsent) until acknowledged, and each read of the
+/// state acknowledges `acked_per_read` bytes, so that a wrapper waiting for room (without a
+/// Tokio timer it re-polls itself) always gets it after a bounded number of polls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimulatedPath {
+    /// Congestion window, in segments.
+    pub cwnd: u32,
+    /// Payload bytes per segment.
+    pub mss: u32,
+    /// Minimum RTT reported (under 1 ms the wrapper does not pace).
+    pub min_rtt: std::time::Duration,
+    /// Delivery rate reported, bytes per second (0: none measured yet).
+    pub delivery_rate: u64,
+    /// Bytes acknowledged at each read of the state.
+    pub acked_per_read: usize,
 }
 
 impl Wire {
@@ -151,6 +173,8 @@ impl Wire {
             events: Vec::new(),
             calls_without_progress: Cell::new(0),
             progress_mark: Cell::new(0),
+            path: None,
+            acked: 0,
         }
     }
 
@@ -400,7 +424,32 @@ impl AsyncWrite for FaultyTransport {
     }
 }
 
+impl Wire {
+    /// The state of [`Wire::path`] now, acknowledging `acked_per_read` more bytes first.
+    fn path_state(&mut self) -> Option<tls_flush::PathState> {
+        let path = self.path?;
+        self.acked = (self.acked + path.acked_per_read).min(self.accepted.len());
+        let outstanding = self.accepted.len() - self.acked;
+        let mss = path.mss.max(1) as usize;
+        let window = path.cwnd as usize * mss;
+        let in_flight = outstanding.min(window);
+        Some(tls_flush::PathState {
+            cwnd: path.cwnd,
+            unacked: in_flight.div_ceil(mss) as u32,
+            mss: path.mss,
+            notsent: (outstanding - in_flight) as u32,
+            min_rtt: path.min_rtt,
+            srtt: path.min_rtt,
+            delivery_rate: path.delivery_rate,
+        })
+    }
+}
+
 impl Transport for FaultyTransport {
+    fn path_state(&self) -> Option<tls_flush::PathState> {
+        self.wire.borrow_mut().path_state()
+    }
+
     fn alpn_protocol(&self) -> Option<&[u8]> {
         self.wire.borrow().alpn_h2.then_some(b"h2")
     }
