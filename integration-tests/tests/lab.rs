@@ -51,38 +51,7 @@ fn text(value: &Value) -> String {
 #[test]
 fn lab_json_agrees_with_its_tables() {
     let json_path = std::env::temp_dir().join(format!("lab-test-{}.json", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args([
-            "--repeats",
-            "1",
-            "--workloads",
-            "late",
-            "--urgencies",
-            "explicit",
-            "--cases",
-            "stock,scheduled",
-            "--rtt-ms",
-            "5",
-            "--rate-mbit",
-            "200",
-            "--seed",
-            "7",
-            "--json",
-        ])
-        .arg(&json_path)
-        .output()
-        .expect("the lab runs");
-    let report = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{}\n{report}\n{stderr}",
-        output.status
-    );
-    let json = std::fs::read_to_string(&json_path).expect("the JSON file");
-    std::fs::remove_file(&json_path).ok();
-    let json: Value = serde_json::from_str(&json).expect("the JSON parses");
-    println!("{report}");
+    let (report, json) = run_lab(&tiny(&["--workloads", "late"]), &json_path);
 
     // The configuration asked for, and every run.
     let config = &json["config"];
@@ -175,6 +144,27 @@ fn lab_json_agrees_with_its_tables() {
     }
 }
 
+/// The tiny configuration on a fast relay link (one repeat, explicit urgencies, stock and
+/// scheduled, seed 7), plus `extra`.
+fn tiny<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--repeats",
+        "1",
+        "--urgencies",
+        "explicit",
+        "--cases",
+        "stock,scheduled",
+        "--rtt-ms",
+        "5",
+        "--rate-mbit",
+        "200",
+        "--seed",
+        "7",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
 /// Runs the lab with `args` plus `--json PATH`; returns the report and the JSON.
 fn run_lab(args: &[&str], json_path: &Path) -> (String, Value) {
     let output = Command::new(env!("CARGO_BIN_EXE_lab"))
@@ -210,23 +200,7 @@ fn kib(value: &Value) -> String {
 fn alone_is_the_floor_and_explain_agrees_with_the_json() {
     let json_path = std::env::temp_dir().join(format!("lab-alone-{}.json", std::process::id()));
     let (report, json) = run_lab(
-        &[
-            "--repeats",
-            "1",
-            "--workloads",
-            "alone,late",
-            "--urgencies",
-            "explicit",
-            "--cases",
-            "stock,scheduled",
-            "--rtt-ms",
-            "5",
-            "--rate-mbit",
-            "200",
-            "--seed",
-            "7",
-            "--explain",
-        ],
+        &tiny(&["--workloads", "alone,late", "--explain"]),
         &json_path,
     );
     let results = json["results"].as_array().expect("results");

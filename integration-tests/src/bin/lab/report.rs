@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use examples::responses::{BG_LEN, CRITICAL_LEN, CRITICAL_PATH, FIXTURE_BG_PATHS};
 use integration_tests::peers::INSTALL_HINT;
-use integration_tests::workload::{Case, RunResult, LATE_THRESHOLD};
+use integration_tests::workload::{Case, RunResult, Urgencies, Workload, LATE_THRESHOLD};
 
 use crate::args::{LabConfig, LinkMode};
 use crate::stats::{explain, paired, summarize, ExplainRow, Spread, BASELINE};
@@ -63,6 +63,23 @@ fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> Stri
     out
 }
 
+/// A table row: the cell's labels (workload, urgencies, case), then `figures`.
+fn labelled<const N: usize>(
+    workload: Workload,
+    urgencies: Urgencies,
+    case: &str,
+    figures: [String; N],
+) -> Vec<String> {
+    [
+        workload.to_string(),
+        urgencies.to_string(),
+        case.to_string(),
+    ]
+    .into_iter()
+    .chain(figures)
+    .collect()
+}
+
 /// A median critical time as a multiple of `alone`'s (`-` when `alone` was not run).
 pub fn times_alone(ratio: Option<f64>) -> String {
     ratio.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
@@ -87,18 +104,20 @@ fn render_explain(rows: &[ExplainRow]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
-                r.workload.to_string(),
-                r.urgencies.to_string(),
-                r.case.clone(),
-                median_kib(r.link_queue_kib),
-                median_kib(r.server_queued_kib),
-                r.server_tls_buffered_runs
-                    .map_or_else(|| "-".to_string(), |(n, of)| format!("{n}/{of}")),
-                median_kib(r.server_notsent_kib),
-                median_kib(r.server_in_flight_kib),
-                median_kib(r.server_sent_after_request_kib),
-            ]
+            labelled(
+                r.workload,
+                r.urgencies,
+                &r.case,
+                [
+                    median_kib(r.link_queue_kib),
+                    median_kib(r.server_queued_kib),
+                    r.server_tls_buffered_runs
+                        .map_or_else(|| "-".to_string(), |(n, of)| format!("{n}/{of}")),
+                    median_kib(r.server_notsent_kib),
+                    median_kib(r.server_in_flight_kib),
+                    median_kib(r.server_sent_after_request_kib),
+                ],
+            )
         })
         .collect();
     out += &markdown(
@@ -157,17 +176,19 @@ fn render_tables(config: &LabConfig, results: &[RunResult]) -> String {
     let rows: Vec<Vec<String>> = summarize(config, results)
         .iter()
         .map(|r| {
-            vec![
-                r.workload.to_string(),
-                r.urgencies.to_string(),
-                r.case.clone(),
-                show(&r.critical_first_byte_ms, 1, false),
-                show(&r.critical_complete_ms, 1, false),
-                times_alone(r.critical_vs_alone),
-                show(&r.background_kib_before_critical, 0, false),
-                show(&r.fixture_complete_ms, 1, false),
-                show(&r.tls_records, 0, false),
-            ]
+            labelled(
+                r.workload,
+                r.urgencies,
+                &r.case,
+                [
+                    show(&r.critical_first_byte_ms, 1, false),
+                    show(&r.critical_complete_ms, 1, false),
+                    times_alone(r.critical_vs_alone),
+                    show(&r.background_kib_before_critical, 0, false),
+                    show(&r.fixture_complete_ms, 1, false),
+                    show(&r.tls_records, 0, false),
+                ],
+            )
         })
         .collect();
     out += &markdown(
@@ -202,15 +223,17 @@ fn render_tables(config: &LabConfig, results: &[RunResult]) -> String {
     let rows: Vec<Vec<String>> = pairs
         .iter()
         .map(|r| {
-            vec![
-                r.workload.to_string(),
-                r.urgencies.to_string(),
-                r.case.clone(),
-                show(&r.critical_complete_ms, 1, true),
-                format!("{}/{}", r.critical_sooner, r.critical_complete_ms.n),
-                show(&r.background_kib_before_critical, 0, true),
-                show(&r.fixture_complete_ms, 1, true),
-            ]
+            labelled(
+                r.workload,
+                r.urgencies,
+                &r.case,
+                [
+                    show(&r.critical_complete_ms, 1, true),
+                    format!("{}/{}", r.critical_sooner, r.critical_complete_ms.n),
+                    show(&r.background_kib_before_critical, 0, true),
+                    show(&r.fixture_complete_ms, 1, true),
+                ],
+            )
         })
         .collect();
     out += &markdown(

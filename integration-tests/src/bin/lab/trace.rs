@@ -135,7 +135,11 @@ pub fn render_csv(run: &TunRun) -> String {
             "{},{},{},{},{},{},{},{}",
             tcp.flag_letters(),
             seq,
-            relative(tcp.ack, other),
+            if tcp.flags & 0x10 != 0 {
+                relative(tcp.ack, other).to_string()
+            } else {
+                String::new()
+            },
             tcp.payload,
             p.queue_bytes,
             u8::from(p.dropped),
