@@ -59,7 +59,7 @@ pub struct TestServer {
     pub addr: SocketAddr,
     /// Its certificate, to trust in clients.
     pub certificate: CertificateDer<'static>,
-    stats: Arc<Mutex<Vec<ConnectionStats>>>,
+    stats: ServerStats,
     live: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
@@ -119,7 +119,7 @@ impl TestServer {
         Ok(TestServer {
             addr,
             certificate,
-            stats,
+            stats: ServerStats(stats),
             live,
             task,
         })
@@ -138,13 +138,31 @@ impl TestServer {
     /// Counters of every wrapped connection that has made a request so far, in the order of
     /// their first requests (empty for stock).
     pub fn connection_stats(&self) -> Vec<ConnectionStats> {
-        self.stats.lock().expect("stats poisoned").clone()
+        self.stats.connections()
+    }
+
+    /// A handle on the same counters that outlives the server and can move to another
+    /// thread (e.g. out of a network namespace's thread the server runs on).
+    pub fn stats(&self) -> ServerStats {
+        self.stats.clone()
     }
 
     /// Connections accepted whose task has not ended yet (TLS handshake, serving, or
     /// shutting down). Connection tasks outlive the `TestServer`; this counts them anyway.
     pub fn live_connections(&self) -> usize {
         self.live.load(Ordering::SeqCst)
+    }
+}
+
+/// The counters of a [`TestServer`]'s wrapped connections ([`TestServer::stats`]).
+#[derive(Debug, Clone, Default)]
+pub struct ServerStats(Arc<Mutex<Vec<ConnectionStats>>>);
+
+impl ServerStats {
+    /// Counters of every wrapped connection that has made a request so far, in the order
+    /// of their first requests (empty for stock).
+    pub fn connections(&self) -> Vec<ConnectionStats> {
+        self.0.lock().expect("stats poisoned").clone()
     }
 }
 

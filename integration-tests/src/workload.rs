@@ -35,11 +35,15 @@ use tls_flush::Policy;
 
 use crate::client::{ClientOptions, PendingResponse, Response, TapClient, Trust};
 use crate::link::{LinkConfig, RelayLink};
-use crate::peers::{PeerKind, PeerOptions, PeerServer};
+use crate::peers::{PeerKind, PeerServer};
 use crate::server::{ServerSetup, TestServer};
 use crate::tap::{FrameEvent, TapLog};
-use crate::tun::{self, Side, TunConfig, TunLink, SERVER_ADDR};
+use crate::tun;
 use crate::BoxError;
+
+mod tun_run;
+
+pub use tun_run::{run_tun, run_tun_traced, TunRun};
 
 /// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's
 /// [`examples::responses::BG_LEN`].
@@ -67,6 +71,9 @@ const END_STREAM: u8 = 0x1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
+    /// GET `/critical` alone on a fresh connection: the floor the other workloads'
+    /// critical times are compared with.
+    Alone,
     /// GET `/bg/1`, `/bg/2` and `/critical` sent together.
     Simultaneous,
     /// `/critical` sent once at least [`LATE_THRESHOLD`] bytes of background DATA arrived.
@@ -74,15 +81,21 @@ pub enum Workload {
 }
 
 impl Workload {
-    /// Both workloads, in table order.
-    pub const ALL: [Workload; 2] = [Workload::Simultaneous, Workload::Late];
+    /// Every workload, in table order.
+    pub const ALL: [Workload; 3] = [Workload::Alone, Workload::Simultaneous, Workload::Late];
 
     /// The name on command lines and in tables.
     pub fn name(self) -> &'static str {
         match self {
+            Workload::Alone => "alone",
             Workload::Simultaneous => "simultaneous",
             Workload::Late => "late",
         }
+    }
+
+    /// The background requests it sends with the critical one.
+    pub fn has_background(self) -> bool {
+        self != Workload::Alone
     }
 }
 
@@ -378,6 +391,49 @@ pub struct RunResult {
     pub tls_records: usize,
     /// Ciphertext bytes the client received, handshake included.
     pub wire_bytes: u64,
+    /// Where the less urgent bytes were when the critical request reached the server.
+    #[serde(flatten)]
+    pub attribution: Attribution,
+}
+
+/// Where the bytes ahead of the critical response were at the moment the server read the
+/// critical request, and what the server sent after it. Each figure is `None` (JSON `null`)
+/// where it is not known: the link's queue only behind the tun link; the server's figures
+/// only for the `tls-flush` cases (from [`tls_flush::RequestArrival`]), not for stock or a
+/// peer. Missing keys read as `None`, so results written before these figures existed
+/// still parse.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Attribution {
+    /// Bytes in the tun emulator's server-to-client queue when the client-to-server packet
+    /// carrying the critical request was delivered to the server.
+    pub link_queue_bytes_at_request: Option<u64>,
+    /// Bytes in the wrapper's write queue when the server read the critical request.
+    pub server_queued_bytes_at_request: Option<u64>,
+    /// Whether rustls held ciphertext it had not handed to the socket then.
+    pub server_tls_buffered_at_request: Option<bool>,
+    /// Bytes in the server's kernel send buffer not yet sent then (`tcpi_notsent_bytes`).
+    pub server_notsent_bytes_at_request: Option<u64>,
+    /// Bytes the server had in flight then (`tcpi_unacked` x MSS).
+    pub server_in_flight_bytes_at_request: Option<u64>,
+    /// Plaintext bytes the server handed to TLS after reading the critical request and
+    /// before the critical response's first DATA frame.
+    pub server_bytes_after_request: Option<u64>,
+}
+
+impl Attribution {
+    /// Fills in the server's figures from its connections' counters (the run's one
+    /// connection; nothing for stock, which keeps none).
+    pub fn from_server(&mut self, connections: &[tls_flush::ConnectionStats]) {
+        let Some(arrival) = connections.iter().find_map(|c| c.urgent_request()) else {
+            return;
+        };
+        self.server_queued_bytes_at_request = Some(arrival.queued_bytes);
+        self.server_tls_buffered_at_request = Some(arrival.tls_buffered);
+        self.server_notsent_bytes_at_request = arrival.notsent_bytes;
+        self.server_in_flight_bytes_at_request = arrival.in_flight_bytes;
+        self.server_bytes_after_request = arrival.written_before_first_data();
+    }
 }
 
 /// Runs `workload` once against a fresh server for `case`, through a fresh relay link with
@@ -439,6 +495,10 @@ pub async fn run_on(
     })
     .await
     .map_err(|e| format!("{label}: {e}"))?;
+    let mut measured = measured.result;
+    if let Server::InProcess(server) = &server {
+        measured.attribution.from_server(&server.connection_stats());
+    }
     // The client is gone (its connection closes); stop the link and the server, and let the
     // close travel before the next run starts.
     drop(relay);
@@ -480,158 +540,6 @@ fn run_limit(link: Option<(f64, Duration)>) -> Duration {
         Duration::from_secs_f64(bits / (rate_mbit * 1e6) + rtt.as_secs_f64() * 10.0)
     });
     RUN_TIMEOUT + transfer * 4
-}
-
-/// Runs `workload` once like [`run_once`], through a fresh kernel-faithful link
-/// ([`crate::tun`], root only) instead of the relay: the server runs in the link's server
-/// namespace (ours in-process on a thread there, listening on [`SERVER_ADDR`]; a peer under
-/// `ip netns exec`), the client in the client namespace, and both kernels' TCP with
-/// `config.cc` runs over the emulated path. Fresh namespaces for every run, so nothing (TCP
-/// metrics, queue state) carries over from the previous one; everything is removed before
-/// this returns, also when the run fails. An [`Case::External`] server cannot be reached
-/// from the client namespace: it is an error.
-pub async fn run_tun(
-    case: &Case,
-    workload: Workload,
-    urgencies: Urgencies,
-    config: &TunConfig,
-) -> Result<RunResult, BoxError> {
-    let label = format!("{case}/{workload}/{urgencies}");
-    if let Case::External { addr, .. } = case {
-        return Err(format!(
-            "{label}: an external server ({addr}) cannot run behind the tun link: it is outside \
-             the link's network namespaces (use --link relay)"
-        )
-        .into());
-    }
-    let start_config = *config;
-    let link = tun::blocking(move || TunLink::start(start_config))
-        .await?
-        .map_err(|e| format!("{label}: starting the tun link: {e}"))?;
-    // Dropping `link` (here or on an early return) removes the namespaces.
-    let server = match (case.setup(), case) {
-        (Some(setup), _) => TunServer::start_in_process(&link, setup).await,
-        (None, Case::Peer(kind)) => {
-            let kind = *kind;
-            let options = PeerOptions {
-                bind: SERVER_ADDR.into(),
-                command_prefix: link.command_prefix(Side::Server),
-                ..PeerOptions::default()
-            };
-            // Started (blocking) from a thread in the server namespace, where its readiness
-            // probe connects.
-            let thread = link.spawn_in(Side::Server, "tun-peer-start", move || {
-                PeerServer::start_with(kind, &options)
-            })?;
-            match tun::blocking(move || thread.join()).await? {
-                Ok(Ok(Ok(peer))) => Ok(TunServer::Peer(peer)),
-                Ok(Ok(Err(e))) => Err(e),
-                Ok(Err(e)) => Err(e.into()),
-                Err(_) => Err("the thread starting the peer panicked".into()),
-            }
-        }
-        (None, _) => unreachable!("external servers are refused above"),
-    }
-    .map_err(|e| format!("{label}: starting the server: {e}"))?;
-    let (addr, trust) = match &server {
-        TunServer::InProcess {
-            addr, certificate, ..
-        } => (*addr, Trust::Certificate(certificate.clone())),
-        TunServer::Peer(peer) => (peer.addr(), Trust::Certificate(peer.certificate().clone())),
-    };
-    let limit = run_limit(Some((config.rate_mbit, config.rtt)));
-    let client_namespace = link.namespace(Side::Client).to_string();
-    let measured = on_client_thread(limit, Some(client_namespace), move || {
-        fixture(addr, trust, workload, urgencies)
-    })
-    .await;
-    // Stop the server (waits for its thread or process: blocking), then remove the link.
-    let stopped = tun::blocking(move || server.stop()).await?;
-    tun::blocking(move || drop(link)).await?;
-    let measured = measured.map_err(|e| format!("{label}: {e}"))?;
-    stopped.map_err(|e| format!("{label}: stopping the server: {e}"))?;
-    Ok(labelled(measured, case, workload, urgencies))
-}
-
-/// The server of a run through the tun link.
-enum TunServer {
-    /// Ours, on a current-thread runtime on a thread in the server namespace, until `stop`
-    /// (one thread, like the peers' single worker). The flavour matters on this link: on a
-    /// multi-thread runtime the background handlers were seen to race ahead of the critical
-    /// one in `simultaneous` (112 KiB of background before the critical response with
-    /// `scheduled`, instead of 32 KiB).
-    InProcess {
-        addr: SocketAddr,
-        certificate: rustls::pki_types::CertificateDer<'static>,
-        stop: tokio::sync::oneshot::Sender<()>,
-        thread: std::thread::JoinHandle<std::io::Result<()>>,
-    },
-    /// A peer, started under `ip netns exec`.
-    Peer(PeerServer),
-}
-
-impl TunServer {
-    async fn start_in_process(link: &TunLink, setup: ServerSetup) -> Result<TunServer, BoxError> {
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = link.spawn_in(Side::Server, "tun-server", move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(BoxError::from(e)));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                match TestServer::demo_on(setup, SocketAddr::from((SERVER_ADDR, 0))).await {
-                    Ok(server) => {
-                        let _ = ready_tx.send(Ok((server.addr, server.certificate.clone())));
-                        // Serve until told to stop (or until the run is dropped).
-                        let _ = stop_rx.await;
-                        drop(server);
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                }
-            });
-            // Dropping the runtime ends the connection tasks: the sockets close.
-        })?;
-        match ready_rx.await {
-            Ok(Ok((addr, certificate))) => Ok(TunServer::InProcess {
-                addr,
-                certificate,
-                stop,
-                thread,
-            }),
-            Ok(Err(e)) => Err(e),
-            // The thread ended without a word: it could not enter the namespace, or panicked.
-            Err(_) => match tun::blocking(move || thread.join()).await? {
-                Ok(Err(e)) => Err(e.into()),
-                _ => Err("the server thread panicked".into()),
-            },
-        }
-    }
-
-    /// Stops the server and waits until it is gone (blocking).
-    fn stop(self) -> Result<(), BoxError> {
-        match self {
-            TunServer::InProcess { stop, thread, .. } => {
-                let _ = stop.send(());
-                match thread.join() {
-                    Ok(result) => Ok(result?),
-                    Err(_) => Err("the server thread panicked".into()),
-                }
-            }
-            TunServer::Peer(peer) => {
-                drop(peer);
-                Ok(())
-            }
-        }
-    }
 }
 
 /// The server of one run; an in-process one and a peer are stopped when dropped.
@@ -682,27 +590,42 @@ where
     rx.await.map_err(|_| "the client thread panicked")?
 }
 
+/// What the client of one run saw: the figures, when the critical request left, and the
+/// taps' log (for a packet trace's record and stream columns).
+pub(crate) struct Measured {
+    pub(crate) result: RunResult,
+    pub(crate) sent_at: Instant,
+    pub(crate) log: TapLog,
+    pub(crate) handshake_records: usize,
+    pub(crate) critical_stream: u32,
+}
+
 /// Runs the requests of the fixture on one fresh connection to `addr` and measures them.
 async fn fixture(
     addr: SocketAddr,
     trust: Trust,
     workload: Workload,
     urgencies: Urgencies,
-) -> Result<RunResult, BoxError> {
+) -> Result<Measured, BoxError> {
     let client = TapClient::connect(addr, ClientOptions::trusting(trust))
         .await
         .map_err(|e| format!("connecting: {e}"))?;
-    let [bg1_path, bg2_path] = BACKGROUND_PATHS;
-    let bg1 = client.start(bg1_path, Some(urgencies.background())).await?;
-    let bg2 = client.start(bg2_path, Some(urgencies.background())).await?;
-    let background = [bg1.stream_id(), bg2.stream_id()];
-    // Read both background bodies from now on, concurrently with everything else.
-    let reading = tokio::spawn(async move {
-        let (r1, r2) = futures_util::join!(bg1.finish(), bg2.finish());
-        Ok::<_, BoxError>((r1?, r2?))
-    });
+    let mut background = Vec::new();
+    let mut reading = None;
+    if workload.has_background() {
+        let [bg1_path, bg2_path] = BACKGROUND_PATHS;
+        let bg1 = client.start(bg1_path, Some(urgencies.background())).await?;
+        let bg2 = client.start(bg2_path, Some(urgencies.background())).await?;
+        background = vec![bg1.stream_id(), bg2.stream_id()];
+        // Read both background bodies from now on, concurrently with everything else.
+        reading = Some(tokio::spawn(async move {
+            let (r1, r2) = futures_util::join!(bg1.finish(), bg2.finish());
+            check_body(bg1_path, &r1?, BACKGROUND_LEN)?;
+            check_body(bg2_path, &r2?, BACKGROUND_LEN)
+        }));
+    }
     let frames_at_request = match workload {
-        Workload::Simultaneous => 0,
+        Workload::Alone | Workload::Simultaneous => 0,
         Workload::Late => {
             client
                 .wait_for_data(&background, LATE_THRESHOLD, Duration::from_secs(3600))
@@ -716,15 +639,15 @@ async fn fixture(
     let critical_id = critical.stream_id();
     let sent_at = critical.sent_at();
     let critical = critical.finish().await?;
-    let (bg1, bg2) = reading.await.map_err(|e| format!("reading: {e}"))??;
+    if let Some(reading) = reading {
+        reading.await.map_err(|e| format!("reading: {e}"))??;
+    }
     check_body(CRITICAL_PATH, &critical, CRITICAL_LEN)?;
-    check_body(bg1_path, &bg1, BACKGROUND_LEN)?;
-    check_body(bg2_path, &bg2, BACKGROUND_LEN)?;
     let log = client.log();
     let handshake_records = client.handshake_records;
     let connected_at = client.connected_at;
     drop(client);
-    measure(
+    let result = measure(
         &log,
         handshake_records,
         connected_at,
@@ -732,7 +655,14 @@ async fn fixture(
         critical_id,
         &background,
         frames_at_request,
-    )
+    )?;
+    Ok(Measured {
+        result,
+        sent_at,
+        log,
+        handshake_records,
+        critical_stream: critical_id,
+    })
 }
 
 /// Fails unless `response` is a 200 with exactly `len` pattern bytes.
@@ -779,7 +709,7 @@ fn measure(
             .ok_or_else(|| format!("stream {id} never ended"))?;
         done = done.max(Some(end.last_byte_at));
     }
-    let done = done.expect("three streams");
+    let done = done.expect("the critical stream at least");
     let frame = &log.frames[first];
     Ok(RunResult {
         case: String::new(),
@@ -801,6 +731,7 @@ fn measure(
             .filter(|r| r.content_type == 23)
             .count(),
         wire_bytes: log.wire_bytes,
+        attribution: Attribution::default(),
     })
 }
 

@@ -1,8 +1,10 @@
 //! The lab's own loop, end to end: the `lab` binary on a tiny configuration (one repeat, the
 //! `late` workload with explicit urgencies, `stock` and `scheduled`, a fast relay link),
 //! whose JSON must parse and agree with the tables it printed: the same cells in the same
-//! order, the same medians, minimums and maximums, the same paired differences.
+//! order, the same medians, minimums and maximums, the same paired differences. Then
+//! `alone` and `--explain` on the same link, and `--trace` through the tun link (as root).
 
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -49,38 +51,7 @@ fn text(value: &Value) -> String {
 #[test]
 fn lab_json_agrees_with_its_tables() {
     let json_path = std::env::temp_dir().join(format!("lab-test-{}.json", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args([
-            "--repeats",
-            "1",
-            "--workloads",
-            "late",
-            "--urgencies",
-            "explicit",
-            "--cases",
-            "stock,scheduled",
-            "--rtt-ms",
-            "5",
-            "--rate-mbit",
-            "200",
-            "--seed",
-            "7",
-            "--json",
-        ])
-        .arg(&json_path)
-        .output()
-        .expect("the lab runs");
-    let report = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{}\n{report}\n{stderr}",
-        output.status
-    );
-    let json = std::fs::read_to_string(&json_path).expect("the JSON file");
-    std::fs::remove_file(&json_path).ok();
-    let json: Value = serde_json::from_str(&json).expect("the JSON parses");
-    println!("{report}");
+    let (report, json) = run_lab(&tiny(&["--workloads", "late"]), &json_path);
 
     // The configuration asked for, and every run.
     let config = &json["config"];
@@ -122,6 +93,7 @@ fn lab_json_agrees_with_its_tables() {
             text(&s["case"]),
             spread(&s["critical_first_byte_ms"], 1, false),
             spread(&s["critical_complete_ms"], 1, false),
+            "-".to_string(),
             spread(&s["background_kib_before_critical"], 0, false),
             spread(&s["fixture_complete_ms"], 1, false),
             spread(&s["tls_records"], 0, false),
@@ -170,4 +142,192 @@ fn lab_json_agrees_with_its_tables() {
         ];
         assert_eq!(row, &expected, "paired row against the JSON");
     }
+}
+
+/// The tiny configuration on a fast relay link (one repeat, explicit urgencies, stock and
+/// scheduled, seed 7), plus `extra`.
+fn tiny<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--repeats",
+        "1",
+        "--urgencies",
+        "explicit",
+        "--cases",
+        "stock,scheduled",
+        "--rtt-ms",
+        "5",
+        "--rate-mbit",
+        "200",
+        "--seed",
+        "7",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Runs the lab with `args` plus `--json PATH`; returns the report and the JSON.
+fn run_lab(args: &[&str], json_path: &Path) -> (String, Value) {
+    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(args)
+        .arg("--json")
+        .arg(json_path)
+        .output()
+        .expect("the lab runs");
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{}\n{report}\n{stderr}",
+        output.status
+    );
+    let json = std::fs::read_to_string(json_path).expect("the JSON file");
+    std::fs::remove_file(json_path).ok();
+    println!("{report}");
+    (
+        report,
+        serde_json::from_str(&json).expect("the JSON parses"),
+    )
+}
+
+/// A number of KiB as the explain table prints it, `-` for null.
+fn kib(value: &Value) -> String {
+    value["median"]
+        .as_f64()
+        .map_or_else(|| "-".to_string(), |x| format!("{x:.1}"))
+}
+
+#[test]
+fn alone_is_the_floor_and_explain_agrees_with_the_json() {
+    let json_path = std::env::temp_dir().join(format!("lab-alone-{}.json", std::process::id()));
+    let (report, json) = run_lab(
+        &tiny(&["--workloads", "alone,late", "--explain"]),
+        &json_path,
+    );
+    let results = json["results"].as_array().expect("results");
+    assert_eq!(results.len(), 4);
+    for r in results {
+        let attributed = r["case"] == "scheduled";
+        for key in [
+            "server_queued_bytes_at_request",
+            "server_tls_buffered_at_request",
+            "server_notsent_bytes_at_request",
+            "server_in_flight_bytes_at_request",
+            "server_bytes_after_request",
+        ] {
+            assert_eq!(!r[key].is_null(), attributed, "{key} in {r}");
+        }
+        assert!(r["link_queue_bytes_at_request"].is_null(), "relay: {r}");
+        if r["workload"] == "alone" {
+            assert_eq!(r["background_bytes_before_critical"], 0, "{r}");
+            assert_eq!(r["background_bytes_at_critical_request"], 0, "{r}");
+            if attributed {
+                // Nothing else to send: the wrapper's queue was empty.
+                assert_eq!(r["server_queued_bytes_at_request"], 0, "{r}");
+            }
+        }
+    }
+    // The main table's `x alone`: the summary's ratio, 1.00 for alone itself.
+    let (main_part, explain_part) = report
+        .split_once("\nWhere the bytes ahead")
+        .unwrap_or_else(|| panic!("no explain table in:\n{report}"));
+    let rows = table(main_part, "| workload ");
+    let summary = json["summary"].as_array().expect("summary");
+    assert_eq!(rows.len(), 4);
+    for (row, s) in rows.iter().zip(summary) {
+        let ratio = s["critical_vs_alone"].as_f64().expect("alone was run");
+        assert_eq!(row[5], format!("{ratio:.2}"), "{row:?}");
+        if s["workload"] == "alone" {
+            assert_eq!(row[5], "1.00");
+        } else {
+            let alone = summary
+                .iter()
+                .find(|a| a["workload"] == "alone" && a["case"] == s["case"])
+                .expect("alone row");
+            let expected = s["critical_complete_ms"]["median"].as_f64().unwrap()
+                / alone["critical_complete_ms"]["median"].as_f64().unwrap();
+            assert!((ratio - expected).abs() < 1e-9, "{ratio} vs {expected}");
+        }
+    }
+    // The explain table: one row per cell, the JSON's medians.
+    let rows = table(explain_part, "| workload ");
+    let explain = json["explain"].as_array().expect("explain");
+    assert_eq!(rows.len(), explain.len());
+    assert_eq!(explain.len(), 4);
+    for (row, e) in rows.iter().zip(explain) {
+        let buffered = match e["server_tls_buffered_runs"].as_array() {
+            Some(nm) => format!("{}/{}", nm[0], nm[1]),
+            None => "-".to_string(),
+        };
+        let expected = vec![
+            text(&e["workload"]),
+            text(&e["urgencies"]),
+            text(&e["case"]),
+            kib(&e["link_queue_kib"]),
+            kib(&e["server_queued_kib"]),
+            buffered,
+            kib(&e["server_notsent_kib"]),
+            kib(&e["server_in_flight_kib"]),
+            kib(&e["server_sent_after_request_kib"]),
+        ];
+        assert_eq!(row, &expected, "explain row against the JSON");
+        assert_eq!(row[4] == "-", row[2] == "stock", "{row:?}");
+    }
+}
+
+#[test]
+fn trace_writes_a_packet_timeline_through_the_tun_link() {
+    if !integration_tests::tun::is_root() {
+        eprintln!("skipped: the tun link needs root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("lab-trace-{}", std::process::id()));
+    let json_path = dir.with_extension("json");
+    let (report, json) = run_lab(
+        &[
+            "--link",
+            "tun",
+            "--repeats",
+            "1",
+            "--workloads",
+            "late",
+            "--urgencies",
+            "explicit",
+            "--cases",
+            "scheduled",
+            "--seed",
+            "1",
+            "--trace",
+            dir.to_str().expect("a UTF-8 path"),
+        ],
+        &json_path,
+    );
+    let r = &json["results"][0];
+    assert!(
+        r["link_queue_bytes_at_request"].as_u64().is_some(),
+        "tun: the link's queue is known: {r}"
+    );
+    assert!(report.contains("Packet traces"), "{report}");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the trace directory")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let csv = std::fs::read_to_string(&files[0]).expect("the trace");
+    std::fs::remove_dir_all(&dir).ok();
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("t_ms,due_ms,dir,ip_len,flags,seq,ack,payload,queue_bytes,dropped,records,streams")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.len() > 100, "{} packets", rows.len());
+    let syn = |dir: &str, flags: &str| rows.iter().any(|r| r[2] == dir && r[4] == flags);
+    assert!(syn("up", "S") && syn("down", "SA"), "{csv}");
+    // Server-to-client packets carry the critical stream's bytes somewhere.
+    let critical = "5";
+    assert!(
+        rows.iter()
+            .any(|r| r[2] == "down" && r[11].split(' ').any(|s| s == critical)),
+        "no packet carried stream {critical}"
+    );
 }

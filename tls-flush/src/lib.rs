@@ -66,7 +66,7 @@ pub use listener::{ConnectionInfo, FlushListener};
 pub use path::{PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};
-pub use stats::{ConnectionStats, StatsSnapshot};
+pub use stats::{ConnectionStats, RequestArrival, StatsSnapshot};
 pub use stream::FlushStream;
 pub use transport::Transport;
 

@@ -80,6 +80,9 @@ pub(crate) struct StreamPriorities {
     armed: [u32; 8],
     anticipate: Option<Duration>,
     changes: Changes,
+    /// The most urgent request completed since [`take_completed`](Self::take_completed) last
+    /// looked (of equally urgent ones, the latest): stream and urgency.
+    completed: Option<(u32, u8)>,
     stats: ConnectionStats,
 }
 
@@ -100,6 +103,7 @@ impl StreamPriorities {
             armed: [0; 8],
             anticipate,
             changes: Changes::default(),
+            completed: None,
             stats,
         }
     }
@@ -143,6 +147,12 @@ impl StreamPriorities {
     /// for at most the anticipation bound, less urgent DATA may wait for its response.
     /// Each request arms at most one hold.
     pub(crate) fn request_complete(&mut self, stream_id: u32) {
+        if let Some(entry) = self.open.get(&stream_id) {
+            let urgency = entry.pinned.apply_to(entry.client).urgency.min(7);
+            if self.completed.is_none_or(|(_, before)| urgency <= before) {
+                self.completed = Some((stream_id, urgency));
+            }
+        }
         let Some(bound) = self.anticipate else {
             return;
         };
@@ -163,6 +173,12 @@ impl StreamPriorities {
         entry.hold = Hold::Armed(urgency);
         self.armed[usize::from(urgency)] += 1;
         self.holds.push_back((stream_id, urgency, now + bound));
+    }
+
+    /// The most urgent request completed since the last call (of equally urgent ones, the
+    /// latest), with its urgency.
+    pub(crate) fn take_completed(&mut self) -> Option<(u32, u8)> {
+        self.completed.take()
     }
 
     /// Applies one PRIORITY_UPDATE payload received on `frame_stream_id`.
@@ -471,6 +487,9 @@ mod tests {
         );
         t.response_body_started(5);
         assert_eq!(t.hold_deadline(5, Instant::now()), None);
+        // The most urgent of the completed requests, ties going to the latest.
+        assert_eq!(t.take_completed(), Some((3, 0)));
+        assert_eq!(t.take_completed(), None);
         assert_eq!(t.armed, [0; 8]);
         assert!(t.holds.is_empty());
     }

@@ -1,8 +1,10 @@
 //! Per-connection counters, shared between the wrapper and whoever wants to read them
 //! (the lab, a user's logging) while hyper owns the stream.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crate::path::PathState;
 
 /// Live counters of one wrapped connection.
 ///
@@ -40,6 +42,11 @@ struct Counters {
     bytes_read: AtomicU64,
     tcp_info_reads: AtomicU64,
     budget_waits: AtomicU64,
+    /// The most urgent request read so far, and where bytes were when it was read.
+    urgent_request: Mutex<Option<RequestArrival>>,
+    /// The stream of `urgent_request` until its first DATA frame is written (0: none), so
+    /// that other DATA frames cost an atomic load only.
+    awaiting_data: AtomicU32,
     /// The same counts, through the `metrics` facade.
     #[cfg(feature = "metrics")]
     metrics: crate::metrics::Handles,
@@ -104,6 +111,63 @@ pub struct StatsSnapshot {
     pub budget_waits: u64,
 }
 
+/// Where the server's bytes were at the moment the wrapper read a request at least as
+/// urgent as every request read before it on the connection (of equally urgent ones, the
+/// latest): what could still be reordered ahead of its response, and what no longer could.
+///
+/// Taken when the request's END_STREAM is read (before h2 sees it), from the wrapper's queue,
+/// rustls, and the kernel's `TCP_INFO`; `bytes_written_at_first_data` is filled in later,
+/// when the response's first DATA frame is handed to the transport. The difference of the
+/// two `bytes_written` figures is what the server sent after reading the request and before
+/// the response's first byte. Read it with [`ConnectionStats::urgent_request`].
+///
+/// ```
+/// let arrival = tls_flush::RequestArrival {
+///     stream_id: 5,
+///     urgency: 0,
+///     queued_bytes: 48 * 1024,
+///     tls_buffered: false,
+///     notsent_bytes: Some(16 * 1024),
+///     in_flight_bytes: Some(60 * 1448),
+///     bytes_written: 200 * 1024,
+///     bytes_written_at_first_data: Some(200 * 1024 + 230),
+/// };
+/// assert_eq!(arrival.written_before_first_data(), Some(230));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestArrival {
+    /// The request's stream.
+    pub stream_id: u32,
+    /// Its effective urgency when it was read (0 is the most urgent).
+    pub urgency: u8,
+    /// Bytes in the wrapper's write queue (absorbed from h2, not yet handed to the
+    /// transport): less urgent bytes it could still send after the response.
+    pub queued_bytes: u64,
+    /// rustls held ciphertext it had not handed to the socket yet.
+    pub tls_buffered: bool,
+    /// Bytes in the kernel's send buffer not yet sent (`tcpi_notsent_bytes`); `None`
+    /// without `TCP_INFO`.
+    pub notsent_bytes: Option<u64>,
+    /// Bytes sent and not yet acknowledged (`tcpi_unacked` x MSS); `None` without
+    /// `TCP_INFO`.
+    pub in_flight_bytes: Option<u64>,
+    /// Plaintext bytes handed to the transport before the request was read.
+    pub bytes_written: u64,
+    /// Plaintext bytes handed to the transport before the response's first DATA frame
+    /// (the bytes of the record that carries it, ahead of the frame, included); `None` until
+    /// that frame is written.
+    pub bytes_written_at_first_data: Option<u64>,
+}
+
+impl RequestArrival {
+    /// Plaintext bytes the server sent after reading the request and before the
+    /// response's first DATA frame, once that frame was written.
+    pub fn written_before_first_data(&self) -> Option<u64> {
+        self.bytes_written_at_first_data
+            .map(|at| at.saturating_sub(self.bytes_written))
+    }
+}
+
 macro_rules! adders {
     ($($name:ident => $field:ident),* $(,)?) => {
         $(pub(crate) fn $name(&self, n: u64) {
@@ -143,6 +207,71 @@ impl ConnectionStats {
             .fetch_max(memory as u64, Relaxed);
     }
 
+    /// Where the connection's bytes were when the most urgent request so far was read
+    /// (`None` before the first complete request). Kept out of [`StatsSnapshot`], whose
+    /// fields are all counters (its `Debug` form is logged and parsed as `name: number`).
+    pub fn urgent_request(&self) -> Option<RequestArrival> {
+        *self.urgent_request_slot()
+    }
+
+    fn urgent_request_slot(&self) -> std::sync::MutexGuard<'_, Option<RequestArrival>> {
+        self.inner
+            .urgent_request
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// True when a request of `urgency` is at least as urgent as every request recorded
+    /// before it (so [`request_read`](Self::request_read) would record it).
+    pub(crate) fn is_most_urgent(&self, urgency: u8) -> bool {
+        self.urgent_request_slot()
+            .is_none_or(|before| urgency <= before.urgency)
+    }
+
+    /// The request on `stream_id` (`urgency`) was read with `queued_bytes` in the write
+    /// queue, rustls holding ciphertext or not, and TCP in `path`: recorded when it is at
+    /// least as urgent as every request recorded before.
+    pub(crate) fn request_read(
+        &self,
+        stream_id: u32,
+        urgency: u8,
+        queued_bytes: usize,
+        tls_buffered: bool,
+        path: Option<PathState>,
+    ) {
+        let mut slot = self.urgent_request_slot();
+        if slot.is_some_and(|before| urgency > before.urgency) {
+            return;
+        }
+        *slot = Some(RequestArrival {
+            stream_id,
+            urgency,
+            queued_bytes: queued_bytes as u64,
+            tls_buffered,
+            notsent_bytes: path.map(|p| u64::from(p.notsent)),
+            in_flight_bytes: path.map(|p| p.in_flight_bytes() as u64),
+            bytes_written: self.inner.bytes_written.load(Relaxed),
+            bytes_written_at_first_data: None,
+        });
+        self.inner.awaiting_data.store(stream_id, Relaxed);
+    }
+
+    /// The first DATA frame of `stream_id` starts `offset` bytes into the record being
+    /// built (everything before that record was handed to the transport).
+    pub(crate) fn data_started(&self, stream_id: u32, offset: usize) {
+        if stream_id == 0 || self.inner.awaiting_data.load(Relaxed) != stream_id {
+            return;
+        }
+        self.inner.awaiting_data.store(0, Relaxed);
+        let mut slot = self.urgent_request_slot();
+        if let Some(arrival) = slot.as_mut() {
+            if arrival.stream_id == stream_id && arrival.bytes_written_at_first_data.is_none() {
+                arrival.bytes_written_at_first_data =
+                    Some(self.inner.bytes_written.load(Relaxed) + offset as u64);
+            }
+        }
+    }
+
     /// Reads every counter.
     pub fn snapshot(&self) -> StatsSnapshot {
         let c = &self.inner;
@@ -165,5 +294,50 @@ impl ConnectionStats {
             tcp_info_reads: c.tcp_info_reads.load(Relaxed),
             budget_waits: c.budget_waits.load(Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_urgent_request_is_kept_with_what_was_sent_before_its_data() {
+        let stats = ConnectionStats::default();
+        assert_eq!(stats.urgent_request(), None);
+        stats.add_bytes(1000);
+        stats.request_read(1, 5, 300, false, None);
+        assert!(stats.is_most_urgent(5) && stats.is_most_urgent(0));
+        assert!(!stats.is_most_urgent(6));
+        let path = PathState {
+            cwnd: 20,
+            unacked: 10,
+            mss: 1000,
+            notsent: 4000,
+            ..PathState::default()
+        };
+        stats.request_read(3, 0, 700, true, Some(path));
+        // Less urgent: ignored.
+        stats.request_read(5, 3, 0, false, None);
+        stats.data_started(1, 10);
+        stats.add_bytes(500);
+        stats.data_started(3, 40);
+        stats.add_bytes(500);
+        stats.data_started(3, 90);
+        let arrival = stats.urgent_request().expect("recorded");
+        assert_eq!(
+            arrival,
+            RequestArrival {
+                stream_id: 3,
+                urgency: 0,
+                queued_bytes: 700,
+                tls_buffered: true,
+                notsent_bytes: Some(4000),
+                in_flight_bytes: Some(10_000),
+                bytes_written: 1000,
+                bytes_written_at_first_data: Some(1540),
+            }
+        );
+        assert_eq!(arrival.written_before_first_data(), Some(540));
     }
 }

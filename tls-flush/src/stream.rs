@@ -112,6 +112,23 @@ impl<T: Transport> FlushStream<T> {
         );
     }
 
+    /// After reading: when a request completed that is at least as urgent as every one
+    /// before, records where the bytes are ([`crate::RequestArrival`]).
+    fn note_urgent_request(&mut self) {
+        let Some((stream_id, urgency)) = self.priorities.take_completed() else {
+            return;
+        };
+        if self.stats.is_most_urgent(urgency) {
+            self.stats.request_read(
+                stream_id,
+                urgency,
+                self.write.queued_bytes(),
+                self.io.has_buffered_output(),
+                self.io.path_state(),
+            );
+        }
+    }
+
     fn poll_write_h2(
         &mut self,
         cx: &mut Context<'_>,
@@ -198,6 +215,7 @@ impl<T: Transport> AsyncRead for FlushStream<T> {
         this.stats.add_bytes_read(new.len() as u64);
         if this.mode != Mode::PassThrough && !new.is_empty() {
             this.read.observe(new, &mut this.priorities);
+            this.note_urgent_request();
             if this.mode == Mode::Undecided && this.read.verdict() == Verdict::NotHttp2 {
                 this.mode = Mode::PassThrough;
             }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::trace::{Direction, PacketEvent, PayloadArrival, QueueGauge, Recorder, TcpFields};
 use super::{sys, TunConfig, MAX_PACKET};
 
 /// Counters of one direction of the emulator.
@@ -87,6 +88,7 @@ pub(super) struct Emulator {
     threads: Vec<JoinHandle<()>>,
     /// [upstream, downstream].
     counters: [Arc<Counters>; 2],
+    recorder: Arc<Recorder>,
 }
 
 /// Per-direction parameters.
@@ -114,29 +116,50 @@ impl Emulator {
             deliveries: [Arc::default(), Arc::default()],
             threads: Vec::new(),
             counters: [Arc::default(), Arc::default()],
+            recorder: Arc::new(Recorder::new(config.trace_packets)),
         };
+        // [upstream, downstream].
+        let gauges: [Arc<QueueGauge>; 2] = [Arc::default(), Arc::default()];
         // From here on, dropping `emulator` stops whatever was started.
-        for (i, (name, from, to)) in [
-            ("upstream", client.clone(), server.clone()),
-            ("downstream", server, client),
+        for (i, (direction, from, to)) in [
+            (Direction::Upstream, client.clone(), server.clone()),
+            (Direction::Downstream, server, client),
         ]
         .into_iter()
         .enumerate()
         {
+            let name = match direction {
+                Direction::Upstream => "upstream",
+                Direction::Downstream => "downstream",
+            };
             let delivery = emulator.deliveries[i].clone();
             let counters = emulator.counters[i].clone();
+            let recorder = emulator.recorder.clone();
+            let downstream = gauges[1].clone();
             emulator.threads.push(
                 std::thread::Builder::new()
                     .name(format!("tun-{name}-deliver"))
-                    .spawn(move || delivery.run(&to, &counters))?,
+                    .spawn(move || {
+                        delivery.run(&to, &counters, |sent, packet| {
+                            if direction == Direction::Upstream {
+                                recorder.delivered_upstream(sent, packet, &downstream);
+                            }
+                        })
+                    })?,
             );
-            let delivery = emulator.deliveries[i].clone();
-            let counters = emulator.counters[i].clone();
+            let reader = Reader {
+                direction,
+                params,
+                delivery: emulator.deliveries[i].clone(),
+                counters: emulator.counters[i].clone(),
+                gauge: gauges[i].clone(),
+                recorder: emulator.recorder.clone(),
+            };
             let stop = stop_reader.try_clone()?;
             emulator.threads.push(
                 std::thread::Builder::new()
                     .name(format!("tun-{name}-read"))
-                    .spawn(move || read_loop(&from, &stop, params, &delivery, &counters))?,
+                    .spawn(move || reader.run(&from, &stop))?,
             );
         }
         Ok(emulator)
@@ -150,6 +173,16 @@ impl Emulator {
             upstream: self.counters[0].snapshot(),
             downstream: self.counters[1].snapshot(),
         }
+    }
+
+    /// The client-to-server packets with TCP payload so far (the first ones), in order.
+    pub(super) fn payload_arrivals(&self) -> Vec<PayloadArrival> {
+        self.recorder.arrivals()
+    }
+
+    /// Every packet so far, up to [`TunConfig::trace_packets`].
+    pub(super) fn trace(&self) -> Vec<PacketEvent> {
+        self.recorder.trace()
     }
 }
 
@@ -166,60 +199,75 @@ impl Drop for Emulator {
     }
 }
 
-/// Reads packets from one TUN device, applies the queue and schedules their delivery, until
-/// `stop` reports end of file.
-fn read_loop(
-    from: &File,
-    stop: &io::PipeReader,
+/// One direction's reader: the packets the sender's kernel hands to its TUN device.
+struct Reader {
+    direction: Direction,
     params: Params,
-    delivery: &Delivery,
-    counters: &Counters,
-) {
-    let mut buf = vec![0u8; MAX_PACKET];
-    // Serialization end of every packet still in the queue, oldest first.
-    let mut departures: VecDeque<Instant> = VecDeque::with_capacity(params.queue_packets);
-    let mut free_at = Instant::now();
-    loop {
-        match sys::wait_readable(from.as_fd(), stop.as_fd()) {
-            Ok(true) => {}
-            Ok(false) => return,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(error) => {
-                tracing::warn!(%error, "tun link: waiting for a packet");
-                return;
+    delivery: Arc<Delivery>,
+    counters: Arc<Counters>,
+    gauge: Arc<QueueGauge>,
+    recorder: Arc<Recorder>,
+}
+
+impl Reader {
+    /// Reads packets from `from`, applies the queue and schedules their delivery, until
+    /// `stop` reports end of file.
+    fn run(&self, from: &File, stop: &io::PipeReader) {
+        let params = self.params;
+        let mut buf = vec![0u8; MAX_PACKET];
+        let mut free_at = Instant::now();
+        loop {
+            match sys::wait_readable(from.as_fd(), stop.as_fd()) {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "tun link: waiting for a packet");
+                    return;
+                }
             }
+            let len = match (&*from).read(&mut buf) {
+                Ok(0) => continue,
+                Ok(len) => len,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                    ) =>
+                {
+                    continue
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "tun link: reading a packet");
+                    return;
+                }
+            };
+            let now = Instant::now();
+            let departure = || {
+                free_at = free_at.max(now)
+                    + Duration::from_secs_f64(len as f64 * 8.0 / params.bits_per_sec);
+                free_at
+            };
+            let admitted = self.gauge.admit(now, len, params.queue_packets, departure);
+            let due = admitted.map_or(now, |_| free_at + params.one_way);
+            self.recorder.packet(|| PacketEvent {
+                at: now,
+                due,
+                direction: self.direction,
+                ip_len: len as u16,
+                tcp: TcpFields::parse(&buf[..len]),
+                dropped: admitted.is_none(),
+                queue_bytes: admitted.map_or(0, |(_, bytes)| bytes as u32),
+            });
+            let Some((packets, _)) = admitted else {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            self.counters
+                .max_queue
+                .fetch_max(packets as u64, Ordering::Relaxed);
+            self.delivery.push(due, now, buf[..len].to_vec());
         }
-        let len = match (&*from).read(&mut buf) {
-            Ok(0) => continue,
-            Ok(len) => len,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-                ) =>
-            {
-                continue
-            }
-            Err(error) => {
-                tracing::warn!(%error, "tun link: reading a packet");
-                return;
-            }
-        };
-        let now = Instant::now();
-        while departures.front().is_some_and(|&d| d <= now) {
-            departures.pop_front();
-        }
-        if departures.len() >= params.queue_packets {
-            counters.dropped.fetch_add(1, Ordering::Relaxed);
-            continue;
-        }
-        let start = free_at.max(now);
-        free_at = start + Duration::from_secs_f64(len as f64 * 8.0 / params.bits_per_sec);
-        departures.push_back(free_at);
-        counters
-            .max_queue
-            .fetch_max(departures.len() as u64, Ordering::Relaxed);
-        delivery.push(free_at + params.one_way, buf[..len].to_vec());
     }
 }
 
@@ -233,7 +281,8 @@ struct Delivery {
 
 #[derive(Default)]
 struct DeliveryState {
-    queue: VecDeque<(Instant, Vec<u8>)>,
+    /// Due time, when the packet was read, the packet.
+    queue: VecDeque<(Instant, Instant, Vec<u8>)>,
     stopping: bool,
 }
 
@@ -242,10 +291,10 @@ impl Delivery {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn push(&self, due: Instant, packet: Vec<u8>) {
+    fn push(&self, due: Instant, read_at: Instant, packet: Vec<u8>) {
         let mut state = self.lock();
         let was_empty = state.queue.is_empty();
-        state.queue.push_back((due, packet));
+        state.queue.push_back((due, read_at, packet));
         drop(state);
         // Only a new head changes the deadline the delivery thread waits for.
         if was_empty {
@@ -258,8 +307,9 @@ impl Delivery {
         self.changed.notify_one();
     }
 
-    /// Writes every packet to `to` at or after its due time, until stopped.
-    fn run(&self, to: &File, counters: &Counters) {
+    /// Writes every packet to `to` at or after its due time, until stopped; tells
+    /// `delivered` each packet written and when it was read.
+    fn run(&self, to: &File, counters: &Counters, delivered: impl Fn(Instant, &[u8])) {
         let mut due_now = Vec::new();
         let mut state = self.lock();
         loop {
@@ -267,12 +317,12 @@ impl Delivery {
                 return;
             }
             let now = Instant::now();
-            while state.queue.front().is_some_and(|(due, _)| *due <= now) {
+            while state.queue.front().is_some_and(|(due, _, _)| *due <= now) {
                 due_now.extend(state.queue.pop_front());
             }
             if due_now.is_empty() {
                 state = match state.queue.front() {
-                    Some(&(due, _)) => {
+                    Some(&(due, _, _)) => {
                         self.changed
                             .wait_timeout(state, due - now)
                             .unwrap_or_else(|e| e.into_inner())
@@ -283,7 +333,7 @@ impl Delivery {
                 continue;
             }
             drop(state);
-            for (due, packet) in due_now.drain(..) {
+            for (due, read_at, packet) in due_now.drain(..) {
                 // A TUN device takes a packet whole, or not at all.
                 match (&*to).write(&packet) {
                     Ok(n) if n == packet.len() => {
@@ -294,6 +344,7 @@ impl Delivery {
                             .fetch_add(packet.len() as u64, Ordering::Relaxed);
                         counters.late_us_total.fetch_add(late, Ordering::Relaxed);
                         counters.late_us_max.fetch_max(late, Ordering::Relaxed);
+                        delivered(read_at, &packet);
                     }
                     Ok(_) | Err(_) => {
                         counters.write_errors.fetch_add(1, Ordering::Relaxed);

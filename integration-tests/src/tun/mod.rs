@@ -96,6 +96,7 @@
 mod emulator;
 mod netns;
 mod sys;
+mod trace;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -105,10 +106,11 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub use emulator::{DirectionStats, TunStats};
 pub use netns::{enter_namespace, is_root, list_namespaces, remove_stale};
+pub use trace::{Direction, PacketEvent, PayloadArrival, TcpFields, MAX_PAYLOAD_ARRIVALS};
 
 use crate::link::LinkConfig;
 use crate::BoxError;
@@ -198,6 +200,8 @@ pub struct TunConfig {
     pub mtu: u32,
     /// TCP congestion control in both namespaces.
     pub cc: CongestionControl,
+    /// Packets to record in the trace ([`TunLink::trace`]), the first ones; 0: no trace.
+    pub trace_packets: usize,
 }
 
 impl Default for TunConfig {
@@ -217,6 +221,7 @@ impl TunConfig {
             queue_packets: DEFAULT_QUEUE_PACKETS,
             mtu: DEFAULT_MTU,
             cc: CongestionControl::default(),
+            trace_packets: 0,
         }
     }
 
@@ -311,6 +316,7 @@ pub struct TunLink {
     // namespaces.
     emulator: Emulator,
     namespaces: Namespaces,
+    started: Instant,
 }
 
 impl fmt::Debug for TunLink {
@@ -361,11 +367,13 @@ impl TunLink {
         }
         let server_device = Arc::new(devices.pop().expect("two devices"));
         let client_device = Arc::new(devices.pop().expect("two devices"));
+        let started = Instant::now();
         let emulator = Emulator::start(&config, client_device, server_device)?;
         let link = TunLink {
             config,
             emulator,
             namespaces,
+            started,
         };
         tracing::debug!(link = ?link, "tun link started");
         Ok(link)
@@ -434,6 +442,35 @@ impl TunLink {
     /// The emulator's counters so far.
     pub fn stats(&self) -> TunStats {
         self.emulator.stats()
+    }
+
+    /// When the emulator started (the origin of a trace's times).
+    pub fn started_at(&self) -> Instant {
+        self.started
+    }
+
+    /// The client-to-server packets with TCP payload so far, in order (the first
+    /// [`MAX_PAYLOAD_ARRIVALS`]), each with the server-to-client queue when it reached the
+    /// server.
+    pub fn payload_arrivals(&self) -> Vec<PayloadArrival> {
+        self.emulator.payload_arrivals()
+    }
+
+    /// The bytes in the server-to-client queue when the first client-to-server packet with
+    /// TCP payload that left the client at or after `sent` reached the server: with `sent`
+    /// the moment a request was written, the queue ahead of that request's response when
+    /// the server read it. `None` when no such packet was logged.
+    pub fn downstream_queue_after(&self, sent: Instant) -> Option<u64> {
+        self.payload_arrivals()
+            .iter()
+            .find(|a| a.sent >= sent)
+            .map(|a| a.downstream_queue_bytes)
+    }
+
+    /// Every packet so far, both directions in the order the emulator read them, up to
+    /// [`TunConfig::trace_packets`] (empty when that is 0).
+    pub fn trace(&self) -> Vec<PacketEvent> {
+        self.emulator.trace()
     }
 }
 

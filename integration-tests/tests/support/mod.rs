@@ -184,6 +184,14 @@ pub fn check_counts(r: &RunResult, case: &Case, workload: Workload, urgencies: U
         "{label}"
     );
     match workload {
+        Workload::Alone => assert_eq!(
+            (
+                r.background_bytes_at_critical_request,
+                r.background_bytes_before_critical
+            ),
+            (0, 0),
+            "{label}"
+        ),
         Workload::Simultaneous => assert_eq!(r.background_bytes_at_critical_request, 0, "{label}"),
         Workload::Late => assert!(
             r.background_bytes_at_critical_request >= LATE_THRESHOLD as u64,

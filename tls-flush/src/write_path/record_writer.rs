@@ -422,6 +422,10 @@ impl WritePath {
                     }
                 }
             };
+            if at == 0 && frame.is_data() {
+                self.stats
+                    .data_started(frame.header.stream_id, self.writer.chunk.len());
+            }
             let w = &mut self.writer;
             w.holds_bulk |= bulk;
             if let State::Building { bulk_only, waited } = w.state {

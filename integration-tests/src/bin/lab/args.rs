@@ -58,9 +58,11 @@ fn parse_link(s: &str) -> Result<LinkMode, String> {
     about = "Runs the experiment: two 1 MiB background downloads and a 4 KiB critical \
              response on one HTTP/2 connection (the critical request sent with the others, \
              `simultaneous`, or once 32 KiB of background data arrived, `late`; all at \
-             urgency 3, `equal`, or critical u=0 and background u=5, i, `explicit`), against \
-             each server case behind an emulated link, and prints medians and paired \
-             differences against stock",
+             urgency 3, `equal`, or critical u=0 and background u=5, i, `explicit`; or alone \
+             on a fresh connection, `alone`), against each server case behind an emulated \
+             link, and prints medians, each critical time as a multiple of `alone`, and paired \
+             differences against stock; `--explain` adds where the bytes ahead of the critical \
+             response were, `--trace` writes packet timelines",
     after_help = "The table goes to stdout, the progress bar to stderr. Times are from the moment \
                   the critical request left the client (fixture completion: from connection \
                   start).\n\n\
@@ -87,8 +89,9 @@ pub struct LabArgs {
         default_value = "stock,stock-4k,early-flush,dynamic,scheduled"
     )]
     pub cases: Vec<Case>,
-    /// Workloads, comma-separated: simultaneous, late.
-    #[arg(long, value_delimiter = ',', default_value = "simultaneous,late")]
+    /// Workloads, comma-separated: alone (the critical request alone on a fresh connection:
+    /// the floor the `x alone` column divides by), simultaneous, late.
+    #[arg(long, value_delimiter = ',', default_value = "alone,simultaneous,late")]
     pub workloads: Vec<Workload>,
     /// Urgencies, comma-separated: equal (all u=3), explicit (critical u=0, background u=5, i).
     #[arg(long, value_delimiter = ',', default_value = "equal,explicit")]
@@ -125,6 +128,23 @@ pub struct LabArgs {
     /// Draws the median critical completion times as grouped bars to this SVG file.
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// Prints a second table: where the bytes ahead of the critical response were when the
+    /// server read the critical request (the link's queue with --link tun; the wrapper's
+    /// queue, rustls, the kernel's unsent and in-flight bytes for the tls-flush cases), and
+    /// what the server sent after reading it before the critical response. The JSON has
+    /// these figures per run either way.
+    #[arg(long)]
+    pub explain: bool,
+    /// With --link tun: writes a packet timeline of each run to this directory (created if
+    /// needed), one CSV file per run named after its order, case, workload, urgencies and
+    /// repeat (e.g. `003-scheduled-late-explicit-r0.csv`): time, direction, IP length, TCP
+    /// flags, relative seq and ack, payload, queue, and the TLS records and HTTP/2 streams a
+    /// server-to-client packet carried.
+    #[arg(long, value_name = "DIR")]
+    pub trace: Option<PathBuf>,
+    /// With --trace: trace only the first N runs (in the order they run) [default: all].
+    #[arg(long, value_name = "N", requires = "trace")]
+    pub trace_runs: Option<usize>,
 }
 
 /// What the lab runs.
@@ -149,6 +169,10 @@ pub struct LabConfig {
     /// Peer cases asked for but left out because they are not installed (by
     /// [`skip_missing_peers`](Self::skip_missing_peers)).
     pub skipped: Vec<NotInstalled>,
+    /// Print the attribution table.
+    pub explain: bool,
+    /// Where packet traces go, and how many runs are traced.
+    pub trace: Option<(PathBuf, usize)>,
 }
 
 impl LabConfig {
@@ -179,6 +203,11 @@ impl LabConfig {
         let mut tun = TunConfig::from_link(&link);
         match args.link {
             LinkMode::Relay => {
+                if args.trace.is_some() {
+                    return Err("--trace applies to --link tun only: the packet timeline \
+                                comes from the tun link's emulator"
+                        .into());
+                }
                 if args.cc.is_some() {
                     return Err(
                         "--cc applies to --link tun only: the relay link's TCP runs \
@@ -232,6 +261,11 @@ impl LabConfig {
                 .seed
                 .unwrap_or_else(|| u64::from(rand::random::<u32>())),
             skipped: Vec::new(),
+            explain: args.explain,
+            trace: args
+                .trace
+                .clone()
+                .map(|dir| (dir, args.trace_runs.unwrap_or(usize::MAX))),
         };
         if config.cells().is_empty() {
             return Err(
@@ -346,25 +380,25 @@ pub(crate) mod tests {
     fn defaults_cover_every_cell() {
         let config = LabConfig::from_args(&args(&["--seed", "7"])).unwrap();
         assert_eq!(config.repeats, 10);
-        assert_eq!(config.cells().len(), 20);
+        assert_eq!(config.cells().len(), 30);
         assert_eq!(config.link.rtt, LinkConfig::default().rtt);
         let plan = config.schedule();
-        assert_eq!(plan.len(), 200);
+        assert_eq!(plan.len(), 300);
         for repeat in 0..10 {
             let mut cells: Vec<_> = plan
                 .iter()
                 .filter(|p| p.repeat == repeat)
                 .map(|p| (p.case.clone(), p.workload, p.urgencies))
                 .collect();
-            assert_eq!(cells.len(), 20);
+            assert_eq!(cells.len(), 30);
             cells.sort_by_key(|(c, w, u)| (c.name().to_string(), *w, *u));
             cells.dedup();
-            assert_eq!(cells.len(), 20, "every cell once per repeat");
+            assert_eq!(cells.len(), 30, "every cell once per repeat");
         }
         assert_eq!(plan, config.schedule(), "the seed fixes the order");
         let other = LabConfig::from_args(&args(&["--seed", "8"])).unwrap();
         assert_ne!(plan, other.schedule());
-        let first: Vec<_> = plan[..20].iter().map(|p| p.case.clone()).collect();
+        let first: Vec<_> = plan[..30].iter().map(|p| p.case.clone()).collect();
         assert_ne!(
             first,
             config.cells().into_iter().map(|c| c.0).collect::<Vec<_>>()
@@ -441,6 +475,18 @@ pub(crate) mod tests {
         assert_eq!(json["link"]["cc"], "bbr");
         assert_eq!(json["link"]["queue_packets"], 100);
         assert!(report_first_line(&config).contains("queue 100 packets, MTU 1500, cc bbr"));
+        let traced = LabConfig::from_args(&args(&[
+            "--link",
+            "tun",
+            "--trace",
+            "/tmp/t",
+            "--trace-runs",
+            "2",
+        ]))
+        .unwrap();
+        assert_eq!(traced.trace, Some((PathBuf::from("/tmp/t"), 2)));
+        assert!(LabConfig::from_args(&args(&["--trace", "/tmp/t"])).is_err());
+        assert!(LabArgs::try_parse_from(["lab", "--trace-runs", "2"]).is_err());
         let err = LabArgs::try_parse_from(["lab", "--link", "tun", "--cc", "reno"])
             .unwrap_err()
             .to_string();

@@ -28,6 +28,7 @@ mod args;
 mod report;
 mod stats;
 mod svg;
+mod trace;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use integration_tests::tun;
-use integration_tests::workload::{run_once, run_tun, Case, RunResult};
+use integration_tests::workload::{run_once, run_tun_traced, Case, RunResult};
 use integration_tests::BoxError;
 
 use crate::args::{LabArgs, LabConfig, LinkMode};
@@ -100,11 +101,21 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
     );
     progress.enable_steady_tick(Duration::from_millis(200));
     let started = Instant::now();
-    let results = run_lab(&config, &progress).await;
+    let mut traces = Vec::new();
+    let results = run_lab(&config, &progress, &mut traces).await;
     progress.finish_and_clear();
     let results = results?;
     let elapsed = started.elapsed();
     print!("{}", render_report(&config, &results));
+    if !traces.is_empty() {
+        println!(
+            "\nPacket traces (the record carrying the critical response's last byte: its \
+             packets' spread at the server; straddled when over half an RTT):\n"
+        );
+        for line in &traces {
+            println!("- {line}");
+        }
+    }
     println!("\n{} runs in {:.1} s", results.len(), elapsed.as_secs_f64());
     if let Some(path) = &args.json {
         let mut json = to_json(&config, &results);
@@ -122,11 +133,16 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
 
 /// Runs the whole schedule, one run at a time (each with a fresh server, link and
 /// connection), advancing `progress`. The first failed run stops the lab with its error.
-async fn run_lab(config: &LabConfig, progress: &ProgressBar) -> Result<Vec<RunResult>, BoxError> {
+/// Traced runs (`--trace`) each add a line to `traces`.
+async fn run_lab(
+    config: &LabConfig,
+    progress: &ProgressBar,
+    traces: &mut Vec<String>,
+) -> Result<Vec<RunResult>, BoxError> {
     let plan = config.schedule();
     progress.set_length(plan.len() as u64);
     let mut results = Vec::with_capacity(plan.len());
-    for p in plan {
+    for (index, p) in plan.into_iter().enumerate() {
         progress.set_message(format!(
             "repeat {}/{}: {} / {} / {}",
             p.repeat + 1,
@@ -135,9 +151,28 @@ async fn run_lab(config: &LabConfig, progress: &ProgressBar) -> Result<Vec<RunRe
             p.workload,
             p.urgencies
         ));
+        let trace_dir = config
+            .trace
+            .as_ref()
+            .filter(|(_, runs)| index < *runs)
+            .map(|(dir, _)| dir);
         let run = match config.link_mode {
             LinkMode::Relay => run_once(&p.case, p.workload, p.urgencies, &config.link).await,
-            LinkMode::Tun => run_tun(&p.case, p.workload, p.urgencies, &config.tun).await,
+            LinkMode::Tun => {
+                let mut tun = config.tun;
+                if trace_dir.is_some() {
+                    tun.trace_packets = TRACE_PACKETS;
+                }
+                run_tun_traced(&p.case, p.workload, p.urgencies, &tun)
+                    .await
+                    .and_then(|mut run| {
+                        run.result.repeat = p.repeat;
+                        if let Some(dir) = trace_dir {
+                            traces.push(write_trace_line(dir, index, &run, config)?);
+                        }
+                        Ok(run.result)
+                    })
+            }
         };
         let mut result = run.map_err(|e| format!("repeat {}: {e}", p.repeat + 1))?;
         result.repeat = p.repeat;
@@ -145,4 +180,40 @@ async fn run_lab(config: &LabConfig, progress: &ProgressBar) -> Result<Vec<RunRe
         progress.inc(1);
     }
     Ok(results)
+}
+
+/// Packets recorded per traced run (the first ones; a run of the fixture at 20 Mbit/s
+/// takes about 3,000).
+const TRACE_PACKETS: usize = 200_000;
+
+/// Writes a traced run's CSV and describes it in one line.
+fn write_trace_line(
+    dir: &std::path::Path,
+    index: usize,
+    run: &integration_tests::workload::TunRun,
+    config: &LabConfig,
+) -> Result<String, BoxError> {
+    let path = trace::write_trace(dir, index, run)?;
+    let r = &run.result;
+    let critical = match trace::critical_record(run, config.tun.rtt) {
+        Some(c) => format!(
+            "record {} ({} bytes) in {} packets over {:.1} ms{}",
+            c.record,
+            c.wire_len,
+            c.packets,
+            c.spread_ms,
+            if c.straddled { ", straddled" } else { "" }
+        ),
+        None => "critical record not found".to_string(),
+    };
+    Ok(format!(
+        "{} / {} / {} / repeat {}: {} packets, {}; {}",
+        r.case,
+        r.workload,
+        r.urgencies,
+        r.repeat + 1,
+        run.trace.len(),
+        critical,
+        path.display()
+    ))
 }

@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 
 use examples::responses::{BG_LEN, CRITICAL_LEN, CRITICAL_PATH, FIXTURE_BG_PATHS};
 use integration_tests::peers::INSTALL_HINT;
-use integration_tests::workload::{Case, RunResult, LATE_THRESHOLD};
+use integration_tests::workload::{Case, RunResult, Urgencies, Workload, LATE_THRESHOLD};
 
 use crate::args::{LabConfig, LinkMode};
-use crate::stats::{paired, summarize, Spread, BASELINE};
+use crate::stats::{explain, paired, summarize, ExplainRow, Spread, BASELINE};
 
 /// `median [min, max]` with `decimals` decimals, with a sign when `signed`.
 fn show(spread: &Spread, decimals: usize, signed: bool) -> String {
@@ -63,8 +63,93 @@ fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> Stri
     out
 }
 
-/// The lab's report: the link, the main table and the paired differences.
+/// A table row: the cell's labels (workload, urgencies, case), then `figures`.
+fn labelled<const N: usize>(
+    workload: Workload,
+    urgencies: Urgencies,
+    case: &str,
+    figures: [String; N],
+) -> Vec<String> {
+    [
+        workload.to_string(),
+        urgencies.to_string(),
+        case.to_string(),
+    ]
+    .into_iter()
+    .chain(figures)
+    .collect()
+}
+
+/// A median critical time as a multiple of `alone`'s (`-` when `alone` was not run).
+pub fn times_alone(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
+}
+
+/// A spread's median in KiB, `-` when unknown.
+pub fn median_kib(spread: Option<Spread>) -> String {
+    spread.map_or_else(|| "-".to_string(), |s| format!("{:.1}", s.median))
+}
+
+/// The `--explain` table: where the bytes ahead of the critical response were when the
+/// server read the critical request (medians).
+fn render_explain(rows: &[ExplainRow]) -> String {
+    let mut out = String::from(
+        "\nWhere the bytes ahead of the critical response were when the server read the \
+         critical request (medians, KiB; `-`: not known for this case or link): the link's \
+         server-to-client queue (tun only), and in our server (tls-flush cases only) the \
+         wrapper's queue, runs in which rustls held ciphertext, the kernel's unsent bytes, \
+         the bytes in flight, and what the server sent after reading the request before the \
+         critical response's first DATA frame.\n\n",
+    );
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            labelled(
+                r.workload,
+                r.urgencies,
+                &r.case,
+                [
+                    median_kib(r.link_queue_kib),
+                    median_kib(r.server_queued_kib),
+                    r.server_tls_buffered_runs
+                        .map_or_else(|| "-".to_string(), |(n, of)| format!("{n}/{of}")),
+                    median_kib(r.server_notsent_kib),
+                    median_kib(r.server_in_flight_kib),
+                    median_kib(r.server_sent_after_request_kib),
+                ],
+            )
+        })
+        .collect();
+    out += &markdown(
+        &[
+            "workload",
+            "urgencies",
+            "case",
+            "link queue",
+            "wrapper queue",
+            "rustls held",
+            "kernel unsent",
+            "in flight",
+            "sent after read",
+        ],
+        &rows,
+        3,
+    );
+    out
+}
+
+/// The lab's report: the link, the main table, the paired differences, and with
+/// `--explain` the attribution table.
 pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
+    let mut out = render_tables(config, results);
+    if config.explain {
+        out += &render_explain(&explain(config, results));
+    }
+    out
+}
+
+/// The link, the main table and the paired differences.
+fn render_tables(config: &LabConfig, results: &[RunResult]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", config.describe_link());
     let _ = writeln!(
@@ -91,16 +176,19 @@ pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
     let rows: Vec<Vec<String>> = summarize(config, results)
         .iter()
         .map(|r| {
-            vec![
-                r.workload.to_string(),
-                r.urgencies.to_string(),
-                r.case.clone(),
-                show(&r.critical_first_byte_ms, 1, false),
-                show(&r.critical_complete_ms, 1, false),
-                show(&r.background_kib_before_critical, 0, false),
-                show(&r.fixture_complete_ms, 1, false),
-                show(&r.tls_records, 0, false),
-            ]
+            labelled(
+                r.workload,
+                r.urgencies,
+                &r.case,
+                [
+                    show(&r.critical_first_byte_ms, 1, false),
+                    show(&r.critical_complete_ms, 1, false),
+                    times_alone(r.critical_vs_alone),
+                    show(&r.background_kib_before_critical, 0, false),
+                    show(&r.fixture_complete_ms, 1, false),
+                    show(&r.tls_records, 0, false),
+                ],
+            )
         })
         .collect();
     out += &markdown(
@@ -110,6 +198,7 @@ pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
             "case",
             "critical first byte ms",
             "critical complete ms",
+            "x alone",
             "background KiB before critical",
             "fixture complete ms",
             "TLS records",
@@ -117,6 +206,7 @@ pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
         &rows,
         3,
     );
+
     let pairs = paired(config, results);
     if pairs.is_empty() {
         let _ = writeln!(
@@ -133,15 +223,17 @@ pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
     let rows: Vec<Vec<String>> = pairs
         .iter()
         .map(|r| {
-            vec![
-                r.workload.to_string(),
-                r.urgencies.to_string(),
-                r.case.clone(),
-                show(&r.critical_complete_ms, 1, true),
-                format!("{}/{}", r.critical_sooner, r.critical_complete_ms.n),
-                show(&r.background_kib_before_critical, 0, true),
-                show(&r.fixture_complete_ms, 1, true),
-            ]
+            labelled(
+                r.workload,
+                r.urgencies,
+                &r.case,
+                [
+                    show(&r.critical_complete_ms, 1, true),
+                    format!("{}/{}", r.critical_sooner, r.critical_complete_ms.n),
+                    show(&r.background_kib_before_critical, 0, true),
+                    show(&r.fixture_complete_ms, 1, true),
+                ],
+            )
         })
         .collect();
     out += &markdown(
@@ -209,6 +301,7 @@ pub fn to_json(config: &LabConfig, results: &[RunResult]) -> serde_json::Value {
         "results": results,
         "summary": summarize(config, results),
         "paired": paired(config, results),
+        "explain": explain(config, results),
     })
 }
 

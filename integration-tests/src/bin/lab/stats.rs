@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use integration_tests::workload::{RunResult, Urgencies, Workload};
+use integration_tests::workload::{Attribution, RunResult, Urgencies, Workload};
 use serde::Serialize;
 
 use crate::args::LabConfig;
@@ -70,6 +70,34 @@ pub struct SummaryRow {
     pub tls_records: Spread,
     /// `wire_bytes`, in KiB.
     pub wire_kib: Spread,
+    /// The median `critical_complete_ms` over the median of the same case and urgencies in
+    /// the `alone` workload; `None` when `alone` was not run.
+    pub critical_vs_alone: Option<f64>,
+}
+
+/// One line of the `--explain` table: where the bytes ahead of the critical response were
+/// when the server read the critical request (see `Attribution`), over the repeats of one
+/// cell; each `None` where the figure is not known for the cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExplainRow {
+    /// Workload.
+    pub workload: Workload,
+    /// Urgencies.
+    pub urgencies: Urgencies,
+    /// Case name.
+    pub case: String,
+    /// The tun emulator's server-to-client queue, KiB.
+    pub link_queue_kib: Option<Spread>,
+    /// The wrapper's write queue, KiB.
+    pub server_queued_kib: Option<Spread>,
+    /// Runs in which rustls held ciphertext, of the runs that report it.
+    pub server_tls_buffered_runs: Option<(usize, usize)>,
+    /// The kernel's unsent bytes, KiB.
+    pub server_notsent_kib: Option<Spread>,
+    /// The bytes in flight, KiB.
+    pub server_in_flight_kib: Option<Spread>,
+    /// What the server sent after reading the request, before the critical response, KiB.
+    pub server_sent_after_request_kib: Option<Spread>,
 }
 
 /// One line of the paired table: `case - stock`, computed within each repeat.
@@ -102,6 +130,16 @@ fn cell_results<'a>(
         .filter(move |r| r.workload == workload && r.urgencies == urgencies && r.case == case)
 }
 
+fn median_complete(
+    results: &[RunResult],
+    workload: Workload,
+    urgencies: Urgencies,
+    case: &str,
+) -> Option<f64> {
+    Spread::of(cell_results(results, workload, urgencies, case).map(|r| r.critical_complete_ms))
+        .map(|s| s.median)
+}
+
 /// The main table's rows, in the configuration's order (cells without results are left out).
 pub fn summarize(config: &LabConfig, results: &[RunResult]) -> Vec<SummaryRow> {
     config
@@ -111,18 +149,59 @@ pub fn summarize(config: &LabConfig, results: &[RunResult]) -> Vec<SummaryRow> {
             let runs: Vec<&RunResult> =
                 cell_results(results, workload, urgencies, case.name()).collect();
             let spread = |f: &dyn Fn(&RunResult) -> f64| Spread::of(runs.iter().map(|r| f(r)));
+            let alone = median_complete(results, Workload::Alone, urgencies, case.name());
+            let critical_complete_ms = spread(&|r| r.critical_complete_ms)?;
             Some(SummaryRow {
                 workload,
                 urgencies,
                 case: case.name().to_string(),
                 critical_first_byte_ms: spread(&|r| r.critical_first_byte_ms)?,
-                critical_complete_ms: spread(&|r| r.critical_complete_ms)?,
+                critical_vs_alone: alone
+                    .filter(|&a| a > 0.0)
+                    .map(|a| critical_complete_ms.median / a),
+                critical_complete_ms,
                 background_kib_before_critical: spread(&|r| {
                     r.background_bytes_before_critical as f64 / KIB
                 })?,
                 fixture_complete_ms: spread(&|r| r.fixture_complete_ms)?,
                 tls_records: spread(&|r| r.tls_records as f64)?,
                 wire_kib: spread(&|r| r.wire_bytes as f64 / KIB)?,
+            })
+        })
+        .collect()
+}
+
+/// The `--explain` table's rows, in the configuration's order (cells without results are
+/// left out).
+pub fn explain(config: &LabConfig, results: &[RunResult]) -> Vec<ExplainRow> {
+    config
+        .cells()
+        .into_iter()
+        .filter_map(|(case, workload, urgencies)| {
+            let runs: Vec<&Attribution> = cell_results(results, workload, urgencies, case.name())
+                .map(|r| &r.attribution)
+                .collect();
+            if runs.is_empty() {
+                return None;
+            }
+            let kib = |f: fn(&Attribution) -> Option<u64>| {
+                Spread::of(runs.iter().filter_map(|a| f(a)).map(|b| b as f64 / KIB))
+            };
+            let buffered: Vec<bool> = runs
+                .iter()
+                .filter_map(|a| a.server_tls_buffered_at_request)
+                .collect();
+            Some(ExplainRow {
+                workload,
+                urgencies,
+                case: case.name().to_string(),
+                link_queue_kib: kib(|a| a.link_queue_bytes_at_request),
+                server_queued_kib: kib(|a| a.server_queued_bytes_at_request),
+                server_tls_buffered_runs: (!buffered.is_empty())
+                    .then(|| (buffered.iter().filter(|&&b| b).count(), buffered.len())),
+                server_notsent_kib: kib(|a| a.server_notsent_bytes_at_request),
+                server_in_flight_kib: kib(|a| a.server_in_flight_bytes_at_request),
+                server_sent_after_request_kib: kib(|a| a.server_bytes_after_request),
             })
         })
         .collect()
@@ -190,6 +269,7 @@ pub(crate) mod tests {
             critical_sent_ms: 40.0,
             tls_records: 258,
             wire_bytes: 2_200_000,
+            attribution: Attribution::default(),
         }
     }
 
@@ -248,5 +328,48 @@ pub(crate) mod tests {
         assert_eq!(pairs[0].critical_complete_ms.max, -660.0);
         assert_eq!(pairs[0].background_kib_before_critical.median, -960.0);
         assert_eq!(pairs[0].critical_sooner, 3);
+        assert_eq!(rows[0].critical_vs_alone, None, "alone was not run");
+    }
+
+    #[test]
+    fn critical_times_as_multiples_of_alone_and_the_explain_rows() {
+        let (mut config, mut results) = three_repeats();
+        config.workloads.insert(0, Workload::Alone);
+        for repeat in 0..3 {
+            results.push(result("stock", Workload::Alone, repeat, 40.0, 0));
+            let mut alone = result(
+                "scheduled",
+                Workload::Alone,
+                repeat,
+                20.0 + repeat as f64,
+                0,
+            );
+            alone.attribution.server_queued_bytes_at_request = Some(0);
+            results.push(alone);
+        }
+        for r in results.iter_mut().filter(|r| r.case == "scheduled") {
+            r.attribution.server_tls_buffered_at_request = Some(r.repeat == 1);
+            r.attribution.server_bytes_after_request = Some(2048);
+        }
+        let rows = summarize(&config, &results);
+        assert_eq!(rows.len(), 4);
+        assert_eq!(rows[0].workload, Workload::Alone);
+        assert_eq!(rows[0].critical_vs_alone, Some(1.0));
+        // Late: stock 800 / 40, scheduled 30 / 21.
+        assert_eq!(rows[2].critical_vs_alone, Some(20.0));
+        assert_eq!(rows[3].critical_vs_alone, Some(30.0 / 21.0));
+        let explained = explain(&config, &results);
+        assert_eq!(explained.len(), 4);
+        assert_eq!(
+            explained[0].server_queued_kib, None,
+            "stock keeps no counters"
+        );
+        assert_eq!(explained[1].server_queued_kib.map(|s| s.median), Some(0.0));
+        assert_eq!(explained[3].server_tls_buffered_runs, Some((1, 3)));
+        assert_eq!(
+            explained[3].server_sent_after_request_kib.map(|s| s.median),
+            Some(2.0)
+        );
+        assert_eq!(explained[3].link_queue_kib, None);
     }
 }

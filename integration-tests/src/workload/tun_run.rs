@@ -1,0 +1,236 @@
+//! Runs through the kernel-faithful link ([`crate::tun`]): the server in the link's server
+//! namespace, the client in the client namespace, the emulator's view of the critical
+//! request's arrival and, when asked for, its packet trace.
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::{fixture, labelled, on_client_thread, run_limit, Case, RunResult, Urgencies, Workload};
+use crate::client::Trust;
+use crate::peers::{PeerOptions, PeerServer};
+use crate::server::{ServerSetup, ServerStats, TestServer};
+use crate::tap::TapLog;
+use crate::tun::{self, PacketEvent, Side, TunConfig, TunLink, SERVER_ADDR};
+use crate::BoxError;
+
+/// One run through the tun link with what the emulator saw.
+#[derive(Debug, Clone)]
+pub struct TunRun {
+    /// The figures.
+    pub result: RunResult,
+    /// Every packet, up to [`TunConfig::trace_packets`] (empty when that is 0).
+    pub trace: Vec<PacketEvent>,
+    /// When the link started (the origin of the trace's times).
+    pub link_started: Instant,
+    /// What the client's taps saw: the records and frames the server's bytes carried.
+    pub client_log: TapLog,
+    /// Handshake records at the start of `client_log.records`.
+    pub handshake_records: usize,
+    /// The critical request's stream.
+    pub critical_stream: u32,
+}
+
+/// [`run_tun_traced`], the figures only.
+pub async fn run_tun(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    config: &TunConfig,
+) -> Result<RunResult, BoxError> {
+    Ok(run_tun_traced(case, workload, urgencies, config)
+        .await?
+        .result)
+}
+
+/// Runs `workload` once like [`super::run_once`], through a fresh kernel-faithful link
+/// ([`crate::tun`], root only) instead of the relay: the server runs in the link's server
+/// namespace (ours in-process on a thread there, listening on [`SERVER_ADDR`]; a peer under
+/// `ip netns exec`), the client in the client namespace, and both kernels' TCP with
+/// `config.cc` runs over the emulated path. Fresh namespaces for every run, so nothing (TCP
+/// metrics, queue state) carries over from the previous one; everything is removed before
+/// this returns, also when the run fails. An [`Case::External`] server cannot be reached
+/// from the client namespace: it is an error.
+/// The result carries the emulator's server-to-client queue when the critical request
+/// reached the server, and for the `tls-flush` cases the server's figures
+/// ([`super::Attribution`]).
+pub async fn run_tun_traced(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    config: &TunConfig,
+) -> Result<TunRun, BoxError> {
+    let label = format!("{case}/{workload}/{urgencies}");
+    if let Case::External { addr, .. } = case {
+        return Err(format!(
+            "{label}: an external server ({addr}) cannot run behind the tun link: it is outside \
+             the link's network namespaces (use --link relay)"
+        )
+        .into());
+    }
+    let start_config = *config;
+    let link = tun::blocking(move || TunLink::start(start_config))
+        .await?
+        .map_err(|e| format!("{label}: starting the tun link: {e}"))?;
+    // Dropping `link` (here or on an early return) removes the namespaces.
+    let server = match (case.setup(), case) {
+        (Some(setup), _) => TunServer::start_in_process(&link, setup).await,
+        (None, Case::Peer(kind)) => {
+            let kind = *kind;
+            let options = PeerOptions {
+                bind: SERVER_ADDR.into(),
+                command_prefix: link.command_prefix(Side::Server),
+                ..PeerOptions::default()
+            };
+            // Started (blocking) from a thread in the server namespace, where its readiness
+            // probe connects.
+            let thread = link.spawn_in(Side::Server, "tun-peer-start", move || {
+                PeerServer::start_with(kind, &options)
+            })?;
+            match tun::blocking(move || thread.join()).await? {
+                Ok(Ok(Ok(peer))) => Ok(TunServer::Peer(peer)),
+                Ok(Ok(Err(e))) => Err(e),
+                Ok(Err(e)) => Err(e.into()),
+                Err(_) => Err("the thread starting the peer panicked".into()),
+            }
+        }
+        (None, _) => unreachable!("external servers are refused above"),
+    }
+    .map_err(|e| format!("{label}: starting the server: {e}"))?;
+    let (addr, trust, server_stats) = match &server {
+        TunServer::InProcess {
+            addr,
+            certificate,
+            stats,
+            ..
+        } => (
+            *addr,
+            Trust::Certificate(certificate.clone()),
+            Some(stats.clone()),
+        ),
+        TunServer::Peer(peer) => (
+            peer.addr(),
+            Trust::Certificate(peer.certificate().clone()),
+            None,
+        ),
+    };
+    let limit = run_limit(Some((config.rate_mbit, config.rtt)));
+    let client_namespace = link.namespace(Side::Client).to_string();
+    let measured = on_client_thread(limit, Some(client_namespace), move || {
+        fixture(addr, trust, workload, urgencies)
+    })
+    .await;
+    // Stop the server (waits for its thread or process: blocking), then remove the link.
+    let stopped = tun::blocking(move || server.stop()).await?;
+    let measured = measured.map_err(|e| format!("{label}: {e}"));
+    let emulator = measured.as_ref().ok().map(|m| {
+        (
+            link.downstream_queue_after(m.sent_at),
+            link.trace(),
+            link.started_at(),
+        )
+    });
+    tun::blocking(move || drop(link)).await?;
+    let measured = measured?;
+    stopped.map_err(|e| format!("{label}: stopping the server: {e}"))?;
+    let (link_queue, trace, link_started) = emulator.expect("measured");
+    let mut result = labelled(measured.result, case, workload, urgencies);
+    result.attribution.link_queue_bytes_at_request = link_queue;
+    if let Some(stats) = server_stats {
+        result.attribution.from_server(&stats.connections());
+    }
+    Ok(TunRun {
+        result,
+        trace,
+        link_started,
+        client_log: measured.log,
+        handshake_records: measured.handshake_records,
+        critical_stream: measured.critical_stream,
+    })
+}
+
+/// The server of a run through the tun link.
+enum TunServer {
+    /// Ours, on a current-thread runtime on a thread in the server namespace, until `stop`
+    /// (one thread, like the peers' single worker). The flavour matters on this link: on a
+    /// multi-thread runtime the background handlers were seen to race ahead of the critical
+    /// one in `simultaneous` (112 KiB of background before the critical response with
+    /// `scheduled`, instead of 32 KiB).
+    InProcess {
+        addr: SocketAddr,
+        certificate: rustls::pki_types::CertificateDer<'static>,
+        stats: ServerStats,
+        stop: tokio::sync::oneshot::Sender<()>,
+        thread: std::thread::JoinHandle<std::io::Result<()>>,
+    },
+    /// A peer, started under `ip netns exec`.
+    Peer(PeerServer),
+}
+
+impl TunServer {
+    async fn start_in_process(link: &TunLink, setup: ServerSetup) -> Result<TunServer, BoxError> {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = link.spawn_in(Side::Server, "tun-server", move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(BoxError::from(e)));
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                match TestServer::demo_on(setup, SocketAddr::from((SERVER_ADDR, 0))).await {
+                    Ok(server) => {
+                        let _ = ready_tx.send(Ok((
+                            server.addr,
+                            server.certificate.clone(),
+                            server.stats(),
+                        )));
+                        // Serve until told to stop (or until the run is dropped).
+                        let _ = stop_rx.await;
+                        drop(server);
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                }
+            });
+            // Dropping the runtime ends the connection tasks: the sockets close.
+        })?;
+        match ready_rx.await {
+            Ok(Ok((addr, certificate, stats))) => Ok(TunServer::InProcess {
+                addr,
+                certificate,
+                stats,
+                stop,
+                thread,
+            }),
+            Ok(Err(e)) => Err(e),
+            // The thread ended without a word: it could not enter the namespace, or panicked.
+            Err(_) => match tun::blocking(move || thread.join()).await? {
+                Ok(Err(e)) => Err(e.into()),
+                _ => Err("the server thread panicked".into()),
+            },
+        }
+    }
+
+    /// Stops the server and waits until it is gone (blocking).
+    fn stop(self) -> Result<(), BoxError> {
+        match self {
+            TunServer::InProcess { stop, thread, .. } => {
+                let _ = stop.send(());
+                match thread.join() {
+                    Ok(result) => Ok(result?),
+                    Err(_) => Err("the server thread panicked".into()),
+                }
+            }
+            TunServer::Peer(peer) => {
+                drop(peer);
+                Ok(())
+            }
+        }
+    }
+}
