@@ -12,23 +12,15 @@
 
 use std::process::ExitCode;
 
-use axum::routing::get;
-use axum::Extension;
 use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
 use axum_server::Handle;
 use clap::Parser;
-use examples::responses::{stats_response, STATS_PATH};
 use examples::server::{announce, ShutdownSignal, GRACEFUL_TIMEOUT};
 use examples::{Args, BoxError};
-use tls_flush::{ConnectionStats, FlushAcceptor};
+use tls_flush::FlushAcceptor;
 
 async fn serve(args: Args) -> Result<(), BoxError> {
-    let app = examples::axum_app::router().route(
-        STATS_PATH,
-        get(|Extension(stats): Extension<ConnectionStats>| async move {
-            stats_response(stats.snapshot())
-        }),
-    );
+    let app = examples::axum_app::router_with_stats();
     let Some(config) = examples::flush_config(&args) else {
         return examples::run(args, app).await;
     };

@@ -11,28 +11,21 @@
 
 use std::process::ExitCode;
 
-use axum::routing::get;
 use axum::Extension;
 use clap::Parser;
-use examples::responses::{stats_response, STATS_PATH};
 use examples::server::{GRACEFUL_TIMEOUT, HANDSHAKE_TIMEOUT};
 use examples::{Args, BoxError};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tls_flush::{ConnectionStats, FlushStream};
+use tls_flush::FlushStream;
 use tokio_rustls::TlsAcceptor;
 use tower::Layer;
 use tracing::{debug, warn};
 
 async fn serve(args: Args) -> Result<(), BoxError> {
-    let app = examples::axum_app::router().route(
-        STATS_PATH,
-        get(|Extension(stats): Extension<ConnectionStats>| async move {
-            stats_response(stats.snapshot())
-        }),
-    );
+    let app = examples::axum_app::router_with_stats();
     let Some(config) = examples::flush_config(&args) else {
         return examples::run(args, app).await;
     };

@@ -47,6 +47,25 @@ pub fn router() -> Router {
         }))
 }
 
+/// [`router`] plus `GET /stats`: the connection's counters, from the `ConnectionStats`
+/// request extension that `tls_flush::serve`, `FlushAcceptor` and a hand-written loop put
+/// there (the stock server has none, and answers 500).
+///
+/// ```
+/// let app: axum::Router = examples::axum_app::router_with_stats();
+/// # let _ = app;
+/// ```
+pub fn router_with_stats() -> Router {
+    router().route(
+        crate::responses::STATS_PATH,
+        get(
+            |Extension(stats): Extension<tls_flush::ConnectionStats>| async move {
+                crate::responses::stats_response(stats.snapshot())
+            },
+        ),
+    )
+}
+
 async fn index(Extension(priority): Extension<Priority>) -> Response {
     debug!(%priority, "GET /");
     index_response().into_response()
