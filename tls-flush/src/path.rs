@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 ///     mss: 1448,
 ///     notsent: 0,
 ///     min_rtt: std::time::Duration::from_millis(20),
-///     srtt: std::time::Duration::from_millis(21),
 ///     delivery_rate: 0,
 /// };
 /// assert_eq!(state.window_bytes(), 6 * 1448);
@@ -47,10 +46,6 @@ pub struct PathState {
     pub notsent: u32,
     /// Lowest round-trip time seen (`tcpi_min_rtt`); zero when not measured yet.
     pub min_rtt: Duration,
-    /// Smoothed round-trip time (`tcpi_rtt`): above `min_rtt` by the queue the path holds.
-    /// Reported, not used by the budget: it lags, and ending the startup gain on it cost
-    /// throughput in the lab.
-    pub srtt: Duration,
     /// Latest delivery rate sample in bytes per second (`tcpi_delivery_rate`); zero when
     /// none yet.
     pub delivery_rate: u64,

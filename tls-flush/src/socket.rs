@@ -65,7 +65,6 @@ pub(crate) fn tcp_info(stream: &TcpStream) -> io::Result<crate::PathState> {
         mss: info.tcpi_snd_mss,
         notsent: info.tcpi_notsent_bytes,
         min_rtt: std::time::Duration::from_micros(u64::from(info.tcpi_min_rtt)),
-        srtt: std::time::Duration::from_micros(u64::from(info.tcpi_rtt)),
         delivery_rate: info.tcpi_delivery_rate,
     })
 }

@@ -13,7 +13,6 @@ fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState 
         mss: MSS,
         notsent,
         min_rtt: Duration::from_millis(20),
-        srtt: Duration::from_millis(21),
         delivery_rate,
     }
 }
@@ -27,7 +26,6 @@ fn loopback_and_unknown_paths_are_not_limited() {
         mss: 65483,
         notsent: 4_000_000,
         min_rtt: Duration::from_micros(30),
-        srtt: Duration::from_micros(40),
         delivery_rate: 5_000_000_000,
     };
     let now = Instant::now();

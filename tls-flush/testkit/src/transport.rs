@@ -439,7 +439,6 @@ impl Wire {
             mss: path.mss,
             notsent: (outstanding - in_flight) as u32,
             min_rtt: path.min_rtt,
-            srtt: path.min_rtt,
             delivery_rate: path.delivery_rate,
         })
     }
