@@ -64,11 +64,7 @@ impl WritePath {
     pub(crate) fn queued_bytes(&self) -> usize {
         self.scheduler.queued_bytes()
             + self.open_block.as_ref().map_or(0, |(_, b)| b.len())
-            + self
-                .writer
-                .current
-                .as_ref()
-                .map_or(0, |(f, at, _)| f.bytes.len() - at)
+            + self.writer.current_remaining()
             + self.writer.unwritten()
     }
 

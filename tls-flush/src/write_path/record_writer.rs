@@ -114,6 +114,13 @@ impl RecordWriter {
         }
     }
 
+    /// Bytes of the unit being copied into chunks that are not copied yet.
+    pub(super) fn current_remaining(&self) -> usize {
+        self.current
+            .as_ref()
+            .map_or(0, |(f, at, _)| f.bytes.len() - at)
+    }
+
     /// True while DATA waits on a timer: held for an urgent response, or paced.
     pub(super) fn is_holding(&self) -> bool {
         self.hold_until.is_some() || self.paced_until.is_some()
@@ -335,12 +342,7 @@ impl WritePath {
         // a smaller one would leave TCP idle between timer ticks. `target` applies the
         // ramp on top of the cap.
         let target = config.record_target(u64::MAX);
-        let available = self.scheduler.queued_bytes()
-            + self
-                .writer
-                .current
-                .as_ref()
-                .map_or(0, |(f, at, _)| f.bytes.len() - at);
+        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
         let urgent = !self.next_is_bulk(config, priorities);
         let now = Instant::now();
         match self
