@@ -50,7 +50,7 @@ impl HoldClock {
         }
     }
 
-    #[cfg(test)]
+    /// True while DATA is held (the hold's time is being spent).
     pub(crate) fn is_holding(&self) -> bool {
         self.holding_since.is_some()
     }

@@ -16,7 +16,8 @@
 //!   straddles the window's edge (its tail a round trip behind its head).
 //!
 //! Invariants: on a path whose minimum RTT is under [`MIN_PACED_RTT`] (loopback, a LAN) or
-//! without `TCP_INFO`, nothing is limited; a wait is never shorter than a millisecond nor
+//! without `TCP_INFO`, nothing is limited, and `TCP_INFO` is read again only every
+//! [`UNPACED_REREAD`] records (a path's minimum RTT rarely grows); a wait is never shorter than a millisecond nor
 //! longer than the minimum RTT, and it is a timer, not a self-wake.
 
 use std::time::{Duration, Instant};
@@ -67,6 +68,10 @@ impl PathState {
 /// tick, and a tick would cost more throughput than the queue costs latency.
 pub const MIN_PACED_RTT: Duration = Duration::from_millis(1);
 
+/// Records written on an unpaced path before its state is read again: reading it before
+/// every record would cost a system call per record for nothing.
+pub const UNPACED_REREAD: u32 = 64;
+
 /// Plaintext bytes a TLS 1.3 record adds on the wire (header 5, content type 1, AEAD tag
 /// 16): a record of one segment carries `mss - 22` bytes of payload.
 const RECORD_OVERHEAD: usize = 22;
@@ -96,9 +101,21 @@ pub(crate) struct WriteBudget {
     round: Option<(Instant, u64)>,
     /// Rounds in a row in which the rate grew by less than a quarter.
     flat_rounds: u8,
+    /// Records left before an unpaced path is read again.
+    unpaced_records: u32,
 }
 
 impl WriteBudget {
+    /// False while the last read found the path unpaced and fewer than [`UNPACED_REREAD`]
+    /// records went since: the next record is not limited, and needs no read.
+    pub(crate) fn needs_read(&mut self) -> bool {
+        if self.unpaced_records == 0 {
+            return true;
+        }
+        self.unpaced_records -= 1;
+        false
+    }
+
     /// The allowance for the next record: `target` is the record size the writer aims at,
     /// `available` what is queued for it. An `urgent` record (it starts with anything but
     /// bulk DATA) never waits: what is ahead of it in the kernel leaves first anyway, and
@@ -113,6 +130,7 @@ impl WriteBudget {
     ) -> Allowance {
         let mut record = target.max(1);
         if s.mss == 0 || s.min_rtt < MIN_PACED_RTT {
+            self.unpaced_records = UNPACED_REREAD;
             return Allowance::Record(record);
         }
         self.observe_rate(s, now);

@@ -12,7 +12,9 @@
 //!   every queued stream once);
 //! - a PRIORITY_UPDATE's field value is parsed only when it is applied or buffered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 use tower_priority::{Priority, PriorityParams, PriorityUpdate};
@@ -94,7 +96,7 @@ impl StreamPriorities {
         stats: ConnectionStats,
     ) -> Self {
         StreamPriorities {
-            open: HashMap::new(),
+            open: HashMap::default(),
             early_updates: VecDeque::new(),
             max_early_updates,
             max_open,
@@ -242,8 +244,11 @@ impl StreamPriorities {
         }
         entry.response_started = true;
         if let Some(p) = pinned {
+            let before = entry.pinned.apply_to(entry.client);
             entry.pinned = p;
-            Self::mark_changed(&mut self.changes, stream_id, entry);
+            if p.apply_to(entry.client) != before {
+                Self::mark_changed(&mut self.changes, stream_id, entry);
+            }
         }
     }
 
@@ -262,7 +267,11 @@ impl StreamPriorities {
     pub(crate) fn close(&mut self, stream_id: u32) {
         if let Some(mut entry) = self.open.remove(&stream_id) {
             Self::disarm(&mut self.armed, &mut entry);
-            // Its queued frames (if any) fall back to the default priority.
+            // Its queued frames (if any) fall back to the default priority: a change only
+            // when that is not the priority they are queued at already.
+            if entry.pinned.apply_to(entry.client) == Priority::default() {
+                return;
+            }
             if self.changes.ids.len() < MAX_CHANGES {
                 self.changes.ids.push(stream_id);
             } else {
@@ -294,6 +303,9 @@ impl StreamPriorities {
     /// with them when the list overflowed and every stream must be re-read.
     pub(crate) fn take_changes(&mut self, out: &mut Vec<u32>) -> bool {
         out.clear();
+        if self.changes.ids.is_empty() && !self.changes.overflowed {
+            return false;
+        }
         out.append(&mut self.changes.ids);
         for id in out.iter() {
             if let Some(entry) = self.open.get_mut(id) {
@@ -322,14 +334,18 @@ impl StreamPriorities {
     /// that urgency should wait until then (or until that response begins).
     pub(crate) fn hold_deadline(&mut self, urgency: u8, now: Instant) -> Option<Instant> {
         self.prune_holds(now);
-        let more_urgent = self
-            .armed
-            .iter()
-            .take(usize::from(urgency.min(8)))
-            .any(|&n| n > 0);
-        more_urgent
+        self.may_hold(urgency)
             .then(|| self.holds.front().map(|h| h.2))
             .flatten()
+    }
+
+    /// True while a request more urgent than `urgency` may still hold DATA (its hold may
+    /// have expired since): without one, nothing needs the clock.
+    pub(crate) fn may_hold(&self, urgency: u8) -> bool {
+        self.armed
+            .iter()
+            .take(usize::from(urgency.min(8)))
+            .any(|&n| n > 0)
     }
 
     /// True while a stream more urgent than `urgency` is open (its response not finished):
@@ -529,9 +545,15 @@ mod tests {
         assert_eq!(out, vec![1, 3]);
         assert!(!t.take_changes(&mut out));
         assert!(out.is_empty());
+        // A stream at the default priority closes without a change: its frames are queued
+        // at the default already.
+        t.open_request(5, Priority::default());
+        t.close(5);
+        assert!(!t.take_changes(&mut out));
+        assert!(out.is_empty());
         // Closes of streams opened and reset in a loop overflow into one full re-read.
-        for id in (5..2 * MAX_CHANGES as u32 + 20).step_by(2) {
-            t.open_request(id, Priority::default());
+        for id in (7..2 * MAX_CHANGES as u32 + 20).step_by(2) {
+            t.open_request(id, Priority::parse("u=5"));
             t.close(id);
         }
         assert!(t.changes.ids.len() <= MAX_CHANGES);

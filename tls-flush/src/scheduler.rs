@@ -18,7 +18,9 @@
 //! when a head changes and when a stream's priority changes ([`StreamPriorities`] lists
 //! those). Later epochs are indexed when they become the served one, once.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
+
+use foldhash::HashMap;
 
 use bytes::Bytes;
 use tower_priority::Priority;

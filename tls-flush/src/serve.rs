@@ -23,7 +23,7 @@ use std::future::{Future, IntoFuture};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -700,46 +700,50 @@ async fn shutdown_requested(shutdown: &mut Option<watch::Receiver<bool>>) {
     std::future::pending().await
 }
 
-/// When a byte last moved on a connection's socket, in milliseconds since `base`.
-#[derive(Debug)]
+/// Whether a byte moved on a connection's socket since the idle check last looked: one
+/// relaxed flag per read or write, where a clock read per socket operation would cost more
+/// than the check it serves.
+#[derive(Debug, Default)]
 struct ActivityClock {
-    base: Instant,
-    last_ms: AtomicU64,
+    moved: AtomicBool,
 }
 
 impl ActivityClock {
     fn new() -> Self {
-        ActivityClock {
-            base: Instant::now(),
-            last_ms: AtomicU64::new(0),
-        }
+        ActivityClock::default()
     }
 
     fn touch(&self) {
-        let ms = u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, Ordering::Relaxed);
+        // A load first: the flag's cache line is written once per check, not per byte.
+        if !self.moved.load(Ordering::Relaxed) {
+            self.moved.store(true, Ordering::Relaxed);
+        }
     }
 
-    /// `timeout` after the last activity, rounded up to the next millisecond; `None` when
-    /// that is beyond what `Instant` can represent.
-    fn deadline(&self, timeout: Duration) -> Option<Instant> {
-        let last = self.last_ms.load(Ordering::Relaxed).saturating_add(1);
-        self.base
-            .checked_add(Duration::from_millis(last))?
-            .checked_add(timeout)
+    /// True when a byte moved since the last call.
+    fn take(&self) -> bool {
+        self.moved.swap(false, Ordering::Relaxed)
     }
 }
 
-/// Completes once no byte moved for `timeout`.
+/// Completes once no byte moved for `timeout`: between `timeout` and `timeout` plus a
+/// quarter of it after the last activity (the check looks every quarter).
 async fn idle_for(clock: &ActivityClock, timeout: Duration) {
+    let tick = (timeout / 4).max(Duration::from_millis(1));
+    let mut quiet = Duration::ZERO;
     loop {
-        let Some(deadline) = clock.deadline(timeout) else {
+        let Some(at) = Instant::now().checked_add(tick) else {
             return std::future::pending().await;
         };
-        if Instant::now() >= deadline {
-            return;
+        tokio::time::sleep_until(at).await;
+        if clock.take() {
+            quiet = Duration::ZERO;
+        } else {
+            quiet += tick;
+            if quiet >= timeout {
+                return;
+            }
         }
-        tokio::time::sleep_until(deadline).await;
     }
 }
 
@@ -821,14 +825,27 @@ mod tests {
         let clock = ActivityClock::new();
         let timeout = Duration::from_millis(200);
         let start = Instant::now();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        clock.touch();
-        idle_for(&clock, timeout).await;
+        let idle = idle_for(&clock, timeout);
+        let touching = async {
+            for _ in 0..4 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                clock.touch();
+            }
+            Instant::now()
+        };
+        let ((), last) = tokio::join!(idle, touching);
         let waited = start.elapsed();
         // Never before `timeout` after the last activity (generous upper bound: a loaded CI).
-        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        assert!(last.elapsed() >= timeout, "{:?}", last.elapsed());
+        assert!(waited >= Duration::from_millis(400), "{waited:?}");
         assert!(waited < Duration::from_secs(10), "{waited:?}");
-        // A deadline beyond `Instant`'s range never fires.
-        assert!(clock.deadline(Duration::MAX).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_unrepresentable_timeout_never_fires() {
+        let clock = ActivityClock::new();
+        let never = idle_for(&clock, Duration::MAX);
+        let r = tokio::time::timeout(Duration::from_millis(100), never).await;
+        assert!(r.is_err());
     }
 }

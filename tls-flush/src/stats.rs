@@ -200,11 +200,16 @@ impl ConnectionStats {
     /// raises the high-water marks.
     pub(crate) fn set_queued(&self, bytes: usize, memory: usize) {
         let bytes = bytes as u64;
-        self.inner.queued_bytes.store(bytes, Relaxed);
-        self.inner.queued_bytes_high_water.fetch_max(bytes, Relaxed);
-        self.inner
-            .queued_memory_high_water
-            .fetch_max(memory as u64, Relaxed);
+        let inner = &*self.inner;
+        inner.queued_bytes.store(bytes, Relaxed);
+        // A load first: called after every write, and a new high water is rare.
+        if bytes > inner.queued_bytes_high_water.load(Relaxed) {
+            inner.queued_bytes_high_water.fetch_max(bytes, Relaxed);
+        }
+        let memory = memory as u64;
+        if memory > inner.queued_memory_high_water.load(Relaxed) {
+            inner.queued_memory_high_water.fetch_max(memory, Relaxed);
+        }
     }
 
     /// Where the connection's bytes were when the most urgent request so far was read

@@ -13,6 +13,7 @@ use crate::priorities::StreamPriorities;
 use crate::scheduler::{Ordering, Scheduler};
 use crate::stats::ConnectionStats;
 
+mod chunk;
 mod record_writer;
 
 pub(crate) use record_writer::Drive;

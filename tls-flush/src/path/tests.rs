@@ -40,6 +40,25 @@ fn loopback_and_unknown_paths_are_not_limited() {
 }
 
 #[test]
+fn an_unpaced_path_is_read_again_only_every_so_many_records() {
+    let mut budget = WriteBudget::default();
+    assert!(budget.needs_read(), "nothing known yet");
+    let lan = PathState {
+        min_rtt: Duration::from_micros(200),
+        ..path(10, 0, 0, 0)
+    };
+    budget.allowance(&lan, RECORD, RECORD, false, Instant::now());
+    for _ in 0..UNPACED_REREAD {
+        assert!(!budget.needs_read());
+    }
+    assert!(budget.needs_read());
+    // A paced path is read before every record.
+    budget.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, Instant::now());
+    assert!(budget.needs_read());
+    assert!(budget.needs_read());
+}
+
+#[test]
 fn the_first_flight_gets_records_that_fit_the_initial_window() {
     let mut budget = WriteBudget::default();
     // Right after the handshake: 10 segments, nothing in flight, no rate sample yet.

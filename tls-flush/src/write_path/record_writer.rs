@@ -19,6 +19,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
+use super::chunk::Chunk;
 use super::WritePath;
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
@@ -66,7 +67,7 @@ enum State {
 /// The record being built or written, and what the next one depends on.
 #[derive(Debug)]
 pub(super) struct RecordWriter {
-    chunk: Vec<u8>,
+    chunk: Chunk,
     state: State,
     /// Less urgent DATA is held until then for an urgent response about to be written.
     hold_until: Option<Instant>,
@@ -87,7 +88,7 @@ pub(super) struct RecordWriter {
 impl Default for RecordWriter {
     fn default() -> Self {
         RecordWriter {
-            chunk: Vec::new(),
+            chunk: Chunk::default(),
             state: State::Building {
                 bulk_only: true,
                 waited: false,
@@ -130,11 +131,14 @@ impl RecordWriter {
         self.state = State::Writing { written: 0, cut };
     }
 
-    /// The record was written whole: account it and start the next.
-    fn finish(&mut self, cut: bool) -> usize {
+    /// The record was written whole: account it and start the next. `timed`: the idle
+    /// gap before the next record matters (dynamic record sizes).
+    fn finish(&mut self, cut: bool, timed: bool) -> usize {
         let len = self.chunk.len();
         self.sent_since_idle += len as u64;
-        self.last_write = Some(Instant::now());
+        if timed {
+            self.last_write = Some(Instant::now());
+        }
         self.chunk.clear();
         self.holds_bulk = false;
         self.state = if cut { State::Flushing } else { Self::fresh() };
@@ -256,7 +260,7 @@ impl WritePath {
         let State::Writing { written, cut } = w.state else {
             return Poll::Ready(Ok(()));
         };
-        let n = ready!(Pin::new(&mut *io).poll_write(cx, &w.chunk[written..]))?;
+        let n = ready!(w.chunk.poll_write_from(cx, io, written))?;
         if n == 0 {
             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
         }
@@ -267,7 +271,8 @@ impl WritePath {
             };
             return Poll::Ready(Ok(()));
         }
-        let len = w.finish(cut);
+        let timed = matches!(config.record_sizing, RecordSizing::Dynamic { .. });
+        let len = w.finish(cut, timed);
         self.stats.add_bytes(len as u64);
         self.stats
             .add_records(len.div_ceil(config.tls_record_payload) as u64);
@@ -331,7 +336,7 @@ impl WritePath {
         }
         self.writer.record_cap = None;
         self.writer.paced_until = None;
-        if !config.write_budget || mode == Drive::Drain {
+        if !config.write_budget || mode == Drive::Drain || !self.writer.budget.needs_read() {
             return false;
         }
         let Some(state) = io.path_state() else {
@@ -437,7 +442,7 @@ impl WritePath {
                 };
             }
             let n = (target - w.chunk.len()).min(frame.bytes.len() - at);
-            w.chunk.extend_from_slice(&frame.bytes[at..at + n]);
+            w.chunk.push(frame.bytes.slice(at..at + n));
             if at + n < frame.bytes.len() {
                 w.current = Some((frame, at + n, bulk));
                 return Filled::AsFarAsPossible;
@@ -475,14 +480,19 @@ impl WritePath {
         if !config.reorder || config.anticipate.is_none() {
             return false;
         }
-        let now = Instant::now();
-        let wanted = match mode {
+        let next = match mode {
             Drive::Drain => None,
             _ => self
                 .scheduler
                 .next_data_urgency(priorities)
-                .and_then(|u| priorities.hold_deadline(u, now)),
+                .filter(|&u| priorities.may_hold(u)),
         };
+        if next.is_none() && !self.hold.is_holding() {
+            self.writer.hold_until = None;
+            return false;
+        }
+        let now = Instant::now();
+        let wanted = next.and_then(|u| priorities.hold_deadline(u, now));
         self.writer.hold_until = self.hold.update(wanted, now);
         self.writer.hold_until.is_some()
     }

@@ -1,0 +1,168 @@
+//! The record being built: slices of queued units, handed to the transport in one
+//! vectored write, so that a unit's bytes are not copied once more on their way to TLS.
+//!
+//! Invariant: the whole chunk goes to the transport as one write call (rustls makes one
+//! record of what one call gives it). A transport without vectored writes gets a copy of
+//! the chunk in one buffer instead of one slice at a time.
+
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::io::AsyncWrite;
+
+#[derive(Debug, Default)]
+pub(super) struct Chunk {
+    parts: Vec<Bytes>,
+    len: usize,
+    /// The chunk in one buffer, for transports without vectored writes (reused).
+    flat: Vec<u8>,
+}
+
+impl Chunk {
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub(super) fn push(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.len += bytes.len();
+        self.parts.push(bytes);
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.parts.clear();
+        self.flat.clear();
+        self.len = 0;
+    }
+
+    /// Writes what is left of the chunk from byte `written` on, in one call.
+    pub(super) fn poll_write_from<T: AsyncWrite + Unpin>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        written: usize,
+    ) -> Poll<io::Result<usize>> {
+        if self.parts.len() > 1 && !io.is_write_vectored() {
+            if self.flat.is_empty() {
+                for part in &self.parts {
+                    self.flat.extend_from_slice(part);
+                }
+            }
+            return Pin::new(io).poll_write(cx, &self.flat[written..]);
+        }
+        let mut skip = written;
+        let mut slices = Vec::with_capacity(self.parts.len());
+        for part in &self.parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            slices.push(IoSlice::new(&part[skip..]));
+            skip = 0;
+        }
+        Pin::new(io).poll_write_vectored(cx, &slices)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Takes at most `max` bytes per call, optionally without vectored writes.
+    struct Sink {
+        out: Vec<u8>,
+        max: usize,
+        vectored: bool,
+        calls: usize,
+    }
+
+    impl AsyncWrite for Sink {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let n = buf.len().min(self.max);
+            self.out.extend_from_slice(&buf[..n]);
+            self.calls += 1;
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            if !self.vectored {
+                let buf = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
+                return self.poll_write(cx, buf);
+            }
+            let mut left = self.max;
+            for b in bufs {
+                let n = b.len().min(left);
+                self.out.extend_from_slice(&b[..n]);
+                left -= n;
+            }
+            self.calls += 1;
+            Poll::Ready(Ok(self.max - left))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn write_all(chunk: &mut Chunk, sink: &mut Sink) {
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut written = 0;
+        while written < chunk.len() {
+            match chunk.poll_write_from(&mut cx, sink, written) {
+                Poll::Ready(Ok(n)) => written += n,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn partial_writes_resume_inside_a_part_and_keep_the_bytes_in_order() {
+        for vectored in [true, false] {
+            for max in [1, 3, 7, 1000] {
+                let mut chunk = Chunk::default();
+                chunk.push(Bytes::from_static(b"abc"));
+                chunk.push(Bytes::new());
+                chunk.push(Bytes::from_static(b"defgh"));
+                chunk.push(Bytes::from_static(b"ij"));
+                let mut sink = Sink {
+                    out: Vec::new(),
+                    max,
+                    vectored,
+                    calls: 0,
+                };
+                write_all(&mut chunk, &mut sink);
+                assert_eq!(sink.out, b"abcdefghij", "vectored {vectored}, max {max}");
+                if max >= 10 {
+                    assert_eq!(sink.calls, 1, "one call for the whole chunk");
+                }
+                chunk.clear();
+                assert!(chunk.is_empty());
+            }
+        }
+    }
+}
