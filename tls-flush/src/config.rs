@@ -204,9 +204,12 @@ impl FlushConfig {
         };
         // In h2's order the wrapper cannot move an urgent frame ahead of what it holds, so
         // it holds about one record (what it is writing and what it is building) and leaves
-        // the rest with h2, whose round robin still lets a new stream in.
+        // the rest with h2, whose round robin still lets a new stream in. Without reordering,
+        // holding bulk DATA back for TCP only delays whatever h2 queued behind it, so the
+        // write budget is off.
         let in_order = FlushConfig {
             soft_limit: IN_ORDER_SOFT_LIMIT,
+            write_budget: false,
             ..base.clone()
         };
         match policy {
@@ -309,7 +312,8 @@ impl FlushConfig {
     }
 
     /// Sizes each write from what TCP reports (`TCP_INFO`, see [`PathState`](crate::PathState);
-    /// default on): the kernel holds about one record beyond what the congestion window can
+    /// default on with [`Policy::Scheduled`], off in h2's order, where bytes held back
+    /// could not be overtaken anyway): the kernel holds about one record beyond what the congestion window can
     /// send now, the bytes in flight stay near the path's bandwidth-delay product, and
     /// records fit a small congestion window. Paths with a minimum RTT under
     /// [`MIN_PACED_RTT`](crate::MIN_PACED_RTT) and transports without `TCP_INFO` are not

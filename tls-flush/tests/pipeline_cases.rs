@@ -16,7 +16,7 @@ use tls_flush::{FlushConfig, Policy, StatsSnapshot};
 use tls_flush_testkit::{
     check_control_not_overtaken, check_header_blocks, check_in_order, check_settings_barriers,
     client_with_requests, data, encode_all, header_block, match_frames, parse_frames,
-    response_block, settings_frame, Buffering, Event, Frame, Harness, Step, Wire, DATA,
+    response_block, settings_frame, Buffering, Event, Frame, Harness, Step, Wire, ACK, DATA,
     END_HEADERS, HEADERS, HEADER_LEN, MAX_RECORD, PING, WINDOW_UPDATE,
 };
 use tokio::io::AsyncWrite;
@@ -704,7 +704,9 @@ fn urgent_cut_record_is_flushed_after_it_is_written() {
     w.record_events = true;
     let mut h = started(preset(Policy::EarlyFlush), w);
     h.write_all(&settings_frame(0, &[]).encode()).unwrap();
-    h.flush().unwrap();
+    // The lone SETTINGS waits a moment for DATA to share its record (first flight), then
+    // goes on its own.
+    h.settle().unwrap();
     let settings_events = vec![
         Event::Write {
             from: 0,
@@ -804,4 +806,45 @@ fn frames_larger_than_the_hard_limit_are_written_through_in_pieces() {
         );
         assert!(s.queued_bytes_high_water < 1 << 20, "{policy}");
     }
+}
+
+/// The connection's first record: the server's SETTINGS, its ACK and a header block wait
+/// for the first DATA and leave with it in one write (one segment of the initial window,
+/// not three), while a lone SETTINGS still goes once the short wait is over.
+#[test]
+fn the_first_flight_shares_one_record_with_the_first_data() {
+    for policy in [Policy::EarlyFlush, Policy::Scheduled] {
+        let mut w = Wire::open(Buffering::Silent, client_with_requests(&[(1, Some("u=3"))]));
+        w.record_events = true;
+        let mut h = started(preset(policy), w);
+        h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+        h.flush().unwrap();
+        h.write_all(&settings_frame(ACK, &[]).encode()).unwrap();
+        h.flush().unwrap();
+        h.write_all(&encode_all(&[response_headers(1)])).unwrap();
+        h.flush().unwrap();
+        assert!(
+            h.wire.borrow().accepted.is_empty(),
+            "{policy:?}: control frames went before any DATA"
+        );
+        h.write_all(&encode_all(&[data(1, 0, 3000, false)]))
+            .unwrap();
+        h.flush().unwrap();
+        h.settle().unwrap();
+        let w = h.wire.borrow();
+        let first = match w.events.first() {
+            Some(Event::Write { from: 0, to }) => *to,
+            other => panic!("{policy:?}: {other:?}"),
+        };
+        assert!(
+            first >= 3 * HEADER_LEN + 1 + HEADER_LEN + 3000,
+            "{policy:?}: the first write took {first} bytes"
+        );
+    }
+    // Nothing follows: the SETTINGS goes on its own once the wait is over.
+    let w = Wire::open(Buffering::Silent, client_with_requests(&[]));
+    let mut h = started(preset(Policy::Scheduled), w);
+    h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+    h.settle().unwrap();
+    assert_eq!(h.wire.borrow().accepted.len(), HEADER_LEN);
 }

@@ -12,12 +12,17 @@
 //!   [`Drive::Drain`] holds nothing;
 //! - a record starts only within the write budget ([`crate::path`]): bulk DATA waits on a
 //!   timer while TCP still holds enough, and the record is no longer than a small
-//!   congestion window can send at once.
+//!   congestion window can send at once;
+//! - the connection's first record waits (at most [`FIRST_FLIGHT_WAIT`], on a timer) while
+//!   it holds only control frames and header blocks, so that they share a segment with the
+//!   first DATA instead of spending packets of the initial congestion window on their own;
+//!   the first DATA frame, a header block that ends its stream, or a record cut for an
+//!   urgent response ends that wait.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::chunk::Chunk;
 use super::WritePath;
@@ -28,6 +33,22 @@ use crate::priorities::StreamPriorities;
 use crate::scheduler::QueuedFrame;
 use crate::timer::Timer;
 use crate::transport::Transport;
+
+/// How long the connection's first record may wait for DATA to share it with (see the
+/// module invariants): the server's SETTINGS, its ACK and the first header blocks are
+/// written within a fraction of a millisecond of the first DATA when the response is ready.
+pub(crate) const FIRST_FLIGHT_WAIT: Duration = Duration::from_millis(2);
+
+/// Where the connection's first record stands (see [`FIRST_FLIGHT_WAIT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstFlight {
+    /// Nothing written and no DATA queued yet.
+    Open,
+    /// A short record of control frames waits for DATA until then.
+    Waiting(Instant),
+    /// Records are written as usual.
+    Over,
+}
 
 /// What the caller of [`WritePath::drive`] wants done now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +104,7 @@ pub(super) struct RecordWriter {
     /// Bulk DATA waits until then for TCP to send what it holds.
     paced_until: Option<Instant>,
     pace_timer: Timer,
+    first_flight: FirstFlight,
 }
 
 impl Default for RecordWriter {
@@ -102,6 +124,7 @@ impl Default for RecordWriter {
             record_cap: None,
             paced_until: None,
             pace_timer: Timer::default(),
+            first_flight: FirstFlight::Open,
         }
     }
 }
@@ -122,9 +145,12 @@ impl RecordWriter {
             .map_or(0, |(f, at, _)| f.bytes.len() - at)
     }
 
-    /// True while DATA waits on a timer: held for an urgent response, or paced.
+    /// True while bytes wait on a timer: DATA held for an urgent response or paced, or the
+    /// first record waiting for DATA.
     pub(super) fn is_holding(&self) -> bool {
-        self.hold_until.is_some() || self.paced_until.is_some()
+        self.hold_until.is_some()
+            || self.paced_until.is_some()
+            || matches!(self.first_flight, FirstFlight::Waiting(_))
     }
 
     fn seal(&mut self, cut: bool) {
@@ -135,6 +161,7 @@ impl RecordWriter {
     /// gap before the next record matters (dynamic record sizes).
     fn finish(&mut self, cut: bool, timed: bool) -> usize {
         let len = self.chunk.len();
+        self.first_flight = FirstFlight::Over;
         self.sent_since_idle += len as u64;
         if timed {
             self.last_write = Some(Instant::now());
@@ -295,6 +322,9 @@ impl WritePath {
             }
             return Some(Pin::new(&mut *io).poll_flush(cx));
         }
+        if self.first_flight_waits(cx, config, mode) {
+            return Some(Poll::Ready(Ok(())));
+        }
         // Bulk bytes of a stream that goes on wait one turn of the task scheduler: the
         // response bodies' tasks usually hand h2 the next frame in that time, and records
         // stay full. Bounded: one turn per record.
@@ -314,6 +344,32 @@ impl WritePath {
         }
         self.writer.seal(false);
         None
+    }
+
+    /// True while the connection's first record, control frames and header blocks only,
+    /// waits for DATA (the timer will wake the task).
+    fn first_flight_waits(
+        &mut self,
+        cx: &mut Context<'_>,
+        config: &FlushConfig,
+        mode: Drive,
+    ) -> bool {
+        let w = &mut self.writer;
+        let until = match w.first_flight {
+            FirstFlight::Over => return false,
+            _ if mode == Drive::Drain || !config.pack_records || !config.cork => {
+                w.first_flight = FirstFlight::Over;
+                return false;
+            }
+            FirstFlight::Open => Instant::now() + FIRST_FLIGHT_WAIT,
+            FirstFlight::Waiting(until) => until,
+        };
+        if w.pace_timer.poll_until(cx, until).is_ready() {
+            w.first_flight = FirstFlight::Over;
+            return false;
+        }
+        w.first_flight = FirstFlight::Waiting(until);
+        true
     }
 
     fn target(&self, config: &FlushConfig) -> usize {
@@ -432,6 +488,10 @@ impl WritePath {
             if at == 0 && frame.is_data() {
                 self.stats
                     .data_started(frame.header.stream_id, self.writer.chunk.len());
+            }
+            if at == 0 && (frame.is_data() || frame.ends_stream) {
+                // DATA to share the first record with, or a response without any.
+                self.writer.first_flight = FirstFlight::Over;
             }
             let w = &mut self.writer;
             w.holds_bulk |= bulk;
