@@ -156,14 +156,21 @@ impl WriteBudget {
             Some(cap) => (cap + target).saturating_sub(s.in_flight_bytes() + notsent),
             None => usize::MAX,
         };
-        let allowed = kernel.min(pipe);
         // Less than a record queued needs room for what is queued only; the record may
         // still fill up while it is built.
         let needed = record.min(available.max(1));
-        if allowed >= needed {
+        if kernel.min(pipe) >= needed {
             return Allowance::Record(record);
         }
-        Allowance::Wait(self.wait_for(needed - allowed, s))
+        // The window frees room as ACKs come back, about a window per round trip; the pipe
+        // drains at the path's rate. An early rate sample may be far below the path's (it
+        // measured the handshake), so it never sets the window's wait.
+        let window_rate =
+            (s.cwnd as u128 * s.mss as u128 * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64;
+        let wait = Self::drain_time(needed.saturating_sub(kernel), window_rate, s).max(
+            Self::drain_time(needed.saturating_sub(pipe), self.max_rate, s),
+        );
+        Allowance::Wait(wait)
     }
 
     fn observe_rate(&mut self, s: &PathState, now: Instant) {
@@ -196,14 +203,12 @@ impl WriteBudget {
         Some((bdp * u128::from(gain) / 100).min(usize::MAX as u128) as usize)
     }
 
-    /// How long `deficit` bytes take to drain at the path's rate, within [1 ms, min RTT].
-    fn wait_for(&self, deficit: usize, s: &PathState) -> Duration {
-        let rate = if self.max_rate > 0 {
-            self.max_rate
-        } else {
-            let window = s.cwnd as u128 * s.mss as u128;
-            (window * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64
-        };
+    /// How long `deficit` bytes take to drain at `rate`, within [1 ms, min RTT]; zero when
+    /// there is no deficit.
+    fn drain_time(deficit: usize, rate: u64, s: &PathState) -> Duration {
+        if deficit == 0 {
+            return Duration::ZERO;
+        }
         let secs = deficit as f64 / rate.max(1) as f64;
         Duration::from_secs_f64(secs).clamp(Duration::from_millis(1), s.min_rtt)
     }

@@ -79,6 +79,27 @@ fn the_first_flight_gets_records_that_fit_the_initial_window() {
 }
 
 #[test]
+fn an_early_low_rate_sample_does_not_stretch_the_window_wait() {
+    let mut budget = WriteBudget::default();
+    // The first rate sample measured the handshake (200 kB/s); the initial window is full
+    // and a segment waits unsent. ACKs free about a window per round trip (724 kB/s), so
+    // the record waits about the time one segment takes at that rate, not at the sample's.
+    let Allowance::Wait(wait) = budget.allowance(
+        &path(10, 10, 1448, 200_000),
+        RECORD,
+        RECORD,
+        false,
+        Instant::now(),
+    ) else {
+        panic!("a full window with a segment unsent must wait");
+    };
+    assert!(
+        wait >= Duration::from_millis(1) && wait <= Duration::from_millis(3),
+        "{wait:?}"
+    );
+}
+
+#[test]
 fn the_kernel_holds_about_one_record_beyond_the_window() {
     let mut budget = WriteBudget::default();
     let now = Instant::now();
