@@ -34,6 +34,8 @@ mod accept;
 #[cfg(feature = "axum-server")]
 mod acceptor;
 mod anticipation;
+#[cfg(feature = "client")]
+pub mod client;
 mod config;
 mod frame;
 mod hpack;
