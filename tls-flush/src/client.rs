@@ -393,6 +393,7 @@ impl<T: ClientTransport> FlushClientStream<T> {
         };
         tracing::debug!(
             bytes = self.held.len(),
+            held_for = ?self.flight.map(|f| f.held_for),
             ?release,
             early,
             "tls_flush::client: first flight released"
