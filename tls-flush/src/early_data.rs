@@ -137,7 +137,12 @@ impl EarlyRequests {
 }
 
 /// A server TLS stream that yields what the client sent as TLS 1.3 early data first, then
-/// the rest; writes pass through. See the [module documentation](self).
+/// the rest; writes pass through.
+///
+/// A request is early when its first frame (HTTP/2 HEADERS opening a stream) began in
+/// early data; early bytes that are not HTTP/2 mark every request of the connection.
+/// tokio-rustls returns the server stream only after the handshake, so early requests are
+/// served after it (no 0.5-RTT responses).
 ///
 /// ```
 /// fn accepts<T: tls_flush::Transport>() {}
