@@ -78,6 +78,23 @@ pub(crate) enum PriorityField<'a> {
     TooLong,
 }
 
+/// The `:method` of a connection's first request header block, decoded with a fresh
+/// dynamic table (the encoder's state at the start of a connection). `None` when the block
+/// does not decode or has no `:method`; at most one method value is kept (the first).
+#[cfg(feature = "client")]
+pub(crate) fn first_request_method(block: &[u8]) -> Option<Vec<u8>> {
+    let mut decoder = decoder::Decoder::new(INITIAL_TABLE_SIZE, MAX_TABLE_SIZE);
+    let mut method = None;
+    decoder
+        .decode(block, |name, value| {
+            if name == b":method" && method.is_none() {
+                method = Some(value.to_vec());
+            }
+        })
+        .ok()?;
+    method
+}
+
 impl std::fmt::Debug for PassiveDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PassiveDecoder")

@@ -34,7 +34,11 @@ mod accept;
 #[cfg(feature = "axum-server")]
 mod acceptor;
 mod anticipation;
+#[cfg(feature = "client")]
+pub mod client;
 mod config;
+#[cfg(feature = "serve")]
+mod early_data;
 mod frame;
 mod hpack;
 #[cfg(feature = "axum")]
@@ -57,6 +61,10 @@ mod write_path;
 #[cfg(feature = "axum-server")]
 pub use acceptor::{FlushAcceptor, FlushAcceptorFuture};
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
+#[cfg(feature = "serve")]
+pub use early_data::{
+    EarlyData, EarlyDataStream, EarlyRequests, TooEarly, TooEarlyFuture, TooEarlyLayer,
+};
 /// The HPACK decoder's internals, for `benches/hpack.rs` only (feature `bench-internals`).
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]

@@ -1,0 +1,508 @@
+//! The server side of TLS 1.3 early data (0-RTT, RFC 8446 §2.3) for HTTP (RFC 8470).
+//!
+//! rustls accepts early data when `ServerConfig::max_early_data_size` is above zero (and
+//! resumption is stateful, rustls' default). tokio-rustls 0.26's server returns the stream
+//! only once the handshake has completed, and keeps what arrived as early data aside, in
+//! `ServerConnection::early_data()`: an app reading the stream never sees those bytes.
+//! [`EarlyDataStream`] reads them first, then the rest of the stream, and counts the
+//! requests that began in them, so that they can be marked.
+//!
+//! What is covered, and what is not:
+//! - a request is early when its first frame (HTTP/2 HEADERS opening a stream) began in
+//!   early data. The requests are marked in the order the app receives them, which for
+//!   hyper is the order their streams opened: a stream that h2 refuses before the app sees
+//!   it moves the mark to a later request (more marked, never fewer). Early bytes that are
+//!   not HTTP/2 mark every request of the connection;
+//! - requests are processed after the handshake has completed (tokio-rustls gives no stream
+//!   before), so a replayed ClientHello never reaches the app: an attacker who replays
+//!   early data cannot complete the handshake. The marks are for RFC 8470 semantics (425,
+//!   `Early-Data: 1` on forwarded requests), which matter for an app that forwards them to
+//!   a server that could act before its own handshake completes;
+//! - no 0.5-RTT data: responses are written after the handshake.
+//!
+//! [`EarlyRequests::mark`] puts [`EarlyData`] into an early request's extensions, and
+//! [`TooEarlyLayer`] answers non-idempotent early requests with `425 Too Early` and adds
+//! `Early-Data: 1` to the early requests it lets through.
+//!
+//! ```no_run
+//! use hyper_util::rt::{TokioExecutor, TokioIo};
+//! use tls_flush::{EarlyDataStream, TooEarlyLayer};
+//! use tower::ServiceExt;
+//!
+//! # async fn run(acceptor: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream) -> std::io::Result<()> {
+//! let app = axum::Router::new()
+//!     .route("/", axum::routing::get(|| async { "hello" }))
+//!     .layer(TooEarlyLayer::new());
+//! let stream = EarlyDataStream::new(acceptor.accept(tcp).await?);
+//! let early = stream.early_requests();
+//! let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
+//!     early.mark(&mut request);
+//!     app.clone().oneshot(request)
+//! });
+//! hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+//!     .serve_connection(TokioIo::new(stream), service)
+//!     .await
+//!     .map_err(std::io::Error::other)
+//! # }
+//! ```
+
+use std::future::Future;
+use std::io::{self, Read};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::frame::{FrameHeader, CLIENT_PREFACE, HEADERS};
+use crate::Transport;
+
+/// A request extension: (the start of) this request arrived as TLS 1.3 early data, which
+/// an attacker can replay (RFC 8470).
+///
+/// ```
+/// let mut request = http::Request::new(());
+/// request.extensions_mut().insert(tls_flush::EarlyData);
+/// assert!(request.extensions().get::<tls_flush::EarlyData>().is_some());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EarlyData;
+
+/// Which requests of one connection began in early data; cheap to clone into the
+/// connection's service. See [`EarlyDataStream::early_requests`].
+///
+/// ```
+/// let early = tls_flush::EarlyRequests::none();
+/// let mut request = http::Request::new(());
+/// assert!(!early.mark(&mut request));
+/// ```
+#[derive(Debug, Clone)]
+pub struct EarlyRequests {
+    remaining: Arc<AtomicUsize>,
+    all: bool,
+}
+
+impl EarlyRequests {
+    /// No request is early.
+    ///
+    /// ```
+    /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
+    /// ```
+    pub fn none() -> Self {
+        Self::first(0)
+    }
+
+    fn first(n: usize) -> Self {
+        EarlyRequests {
+            remaining: Arc::new(AtomicUsize::new(n)),
+            all: false,
+        }
+    }
+
+    /// Call once per request, in the order the connection delivers them: inserts
+    /// [`EarlyData`] into the request's extensions if it began in early data, and says so.
+    ///
+    /// ```
+    /// let early = tls_flush::EarlyRequests::none();
+    /// let mut request = http::Request::new(());
+    /// assert!(!early.mark(&mut request));
+    /// assert!(request.extensions().get::<tls_flush::EarlyData>().is_none());
+    /// ```
+    pub fn mark<B>(&self, request: &mut http::Request<B>) -> bool {
+        let early = self.all
+            || self
+                .remaining
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
+        if early {
+            request.extensions_mut().insert(EarlyData);
+        }
+        early
+    }
+
+    /// How many of the next requests will be marked (`usize::MAX`: all of them).
+    ///
+    /// ```
+    /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
+    /// ```
+    pub fn remaining(&self) -> usize {
+        if self.all {
+            usize::MAX
+        } else {
+            self.remaining.load(Ordering::Acquire)
+        }
+    }
+}
+
+/// A server TLS stream that yields what the client sent as TLS 1.3 early data first, then
+/// the rest; writes pass through.
+///
+/// A request is early when its first frame (HTTP/2 HEADERS opening a stream) began in
+/// early data; early bytes that are not HTTP/2 mark every request of the connection.
+/// tokio-rustls returns the server stream only after the handshake, so early requests are
+/// served after it (no 0.5-RTT responses).
+///
+/// ```
+/// fn accepts<T: tls_flush::Transport>() {}
+/// accepts::<tls_flush::EarlyDataStream<tokio::net::TcpStream>>(); // FlushStream can wrap it
+/// ```
+#[derive(Debug)]
+pub struct EarlyDataStream<IO> {
+    inner: tokio_rustls::server::TlsStream<IO>,
+    early: Vec<u8>,
+    pos: usize,
+    requests: EarlyRequests,
+}
+
+impl<IO> EarlyDataStream<IO> {
+    /// Takes the early data rustls kept aside during the handshake (at most the server's
+    /// `max_early_data_size`) and counts the requests that began in it.
+    ///
+    /// ```no_run
+    /// # async fn run(acceptor: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream) -> std::io::Result<()> {
+    /// let stream = tls_flush::EarlyDataStream::new(acceptor.accept(tcp).await?);
+    /// println!("{} bytes of early data", stream.early_bytes());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(mut inner: tokio_rustls::server::TlsStream<IO>) -> Self {
+        let mut early = Vec::new();
+        if let Some(mut reader) = inner.get_mut().1.early_data() {
+            // An in-memory buffer: reading it cannot fail or block.
+            let _ = reader.read_to_end(&mut early);
+        }
+        let requests = early_requests(&early);
+        EarlyDataStream {
+            inner,
+            early,
+            pos: 0,
+            requests,
+        }
+    }
+
+    /// Bytes that arrived as early data.
+    ///
+    /// ```no_run
+    /// # fn check(stream: &tls_flush::EarlyDataStream<tokio::net::TcpStream>) {
+    /// let accepted_early = stream.early_bytes() > 0;
+    /// # }
+    /// ```
+    pub fn early_bytes(&self) -> usize {
+        self.early.len()
+    }
+
+    /// The connection's early requests, for [`EarlyRequests::mark`].
+    ///
+    /// ```no_run
+    /// # fn check(stream: &tls_flush::EarlyDataStream<tokio::net::TcpStream>) {
+    /// let early = stream.early_requests();
+    /// println!("{} early requests", early.remaining());
+    /// # }
+    /// ```
+    pub fn early_requests(&self) -> EarlyRequests {
+        self.requests.clone()
+    }
+
+    /// The TLS stream.
+    ///
+    /// ```no_run
+    /// # fn check(stream: &tls_flush::EarlyDataStream<tokio::net::TcpStream>) {
+    /// let alpn = stream.get_ref().get_ref().1.alpn_protocol();
+    /// # }
+    /// ```
+    pub fn get_ref(&self) -> &tokio_rustls::server::TlsStream<IO> {
+        &self.inner
+    }
+}
+
+/// The requests that began in `early`: HTTP/2 HEADERS frames opening a stream, counted by
+/// where they start (a frame header cut before its type counts as one, to be safe).
+fn early_requests(early: &[u8]) -> EarlyRequests {
+    if early.is_empty() {
+        return EarlyRequests::none();
+    }
+    let n = early.len().min(CLIENT_PREFACE.len());
+    if early[..n] != CLIENT_PREFACE[..n] {
+        return EarlyRequests {
+            remaining: Arc::new(AtomicUsize::new(0)),
+            all: true,
+        };
+    }
+    let (mut pos, mut count, mut highest) = (CLIENT_PREFACE.len(), 0usize, 0u32);
+    while let Some(rest) = early.get(pos..).filter(|r| !r.is_empty()) {
+        let Some(header) = FrameHeader::parse(rest) else {
+            // Cut inside the frame header: a HEADERS frame unless its type says otherwise.
+            count += usize::from(rest.get(3).is_none_or(|&kind| kind == HEADERS));
+            break;
+        };
+        if header.kind == HEADERS && header.stream_id > highest {
+            highest = header.stream_id;
+            count += 1;
+        }
+        pos = pos.saturating_add(header.frame_len());
+    }
+    EarlyRequests::first(count)
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataStream<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.pos < this.early.len() {
+            let n = buf.remaining().min(this.early.len() - this.pos);
+            buf.put_slice(&this.early[this.pos..this.pos + n]);
+            this.pos += n;
+            if this.pos == this.early.len() {
+                this.early = Vec::new();
+                this.pos = 0;
+            }
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for EarlyDataStream<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl<T: Transport> Transport for EarlyDataStream<T> {
+    fn has_buffered_output(&self) -> bool {
+        self.inner.has_buffered_output()
+    }
+
+    fn alpn_protocol(&self) -> Option<&[u8]> {
+        Transport::alpn_protocol(&self.inner)
+    }
+
+    fn tcp_stream(&self) -> Option<&TcpStream> {
+        self.inner.tcp_stream()
+    }
+}
+
+/// A tower layer for RFC 8470: an early request (one with [`EarlyData`]) whose method is
+/// not in the safe list (GET, HEAD, OPTIONS) gets `425 Too Early` without reaching the
+/// service; the others reach it with `Early-Data: 1`, which a proxy forwards upstream.
+///
+/// ```
+/// use tls_flush::TooEarlyLayer;
+/// let app: axum::Router = axum::Router::new()
+///     .route("/", axum::routing::post(|| async { "done" }))
+///     .layer(TooEarlyLayer::new().safe_methods([http::Method::GET]));
+/// ```
+#[derive(Debug, Clone)]
+pub struct TooEarlyLayer {
+    safe: Arc<[http::Method]>,
+}
+
+impl Default for TooEarlyLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TooEarlyLayer {
+    /// GET, HEAD and OPTIONS may be served early.
+    ///
+    /// ```
+    /// let _layer = tls_flush::TooEarlyLayer::new();
+    /// ```
+    pub fn new() -> Self {
+        TooEarlyLayer {
+            safe: Arc::from([http::Method::GET, http::Method::HEAD, http::Method::OPTIONS]),
+        }
+    }
+
+    /// The methods that may be served early; the others get 425.
+    ///
+    /// ```
+    /// let _layer = tls_flush::TooEarlyLayer::new().safe_methods([]); // 425 for every early request
+    /// ```
+    #[must_use]
+    pub fn safe_methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
+        self.safe = methods.into_iter().collect();
+        self
+    }
+}
+
+impl<S> tower::Layer<S> for TooEarlyLayer {
+    type Service = TooEarly<S>;
+
+    fn layer(&self, inner: S) -> TooEarly<S> {
+        TooEarly {
+            inner,
+            safe: self.safe.clone(),
+        }
+    }
+}
+
+/// The service of [`TooEarlyLayer`].
+///
+/// ```
+/// use tower::Layer;
+/// let service = tls_flush::TooEarlyLayer::new().layer(tower::service_fn(|_: http::Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+/// }));
+/// # let _ = service;
+/// ```
+#[derive(Debug, Clone)]
+pub struct TooEarly<S> {
+    inner: S,
+    safe: Arc<[http::Method]>,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for TooEarly<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    R: Default,
+{
+    type Response = http::Response<R>;
+    type Error = S::Error;
+    type Future = TooEarlyFuture<S::Future, R>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        if request.extensions().get::<EarlyData>().is_some() {
+            if !self.safe.contains(request.method()) {
+                let mut response = http::Response::new(R::default());
+                *response.status_mut() = http::StatusCode::TOO_EARLY;
+                return TooEarlyFuture {
+                    future: None,
+                    response: Some(response),
+                };
+            }
+            request.headers_mut().insert(
+                http::header::HeaderName::from_static("early-data"),
+                http::HeaderValue::from_static("1"),
+            );
+        }
+        TooEarlyFuture {
+            future: Some(self.inner.call(request)),
+            response: None,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`TooEarly`]: the inner service's, or an immediate 425.
+    pub struct TooEarlyFuture<F, R> {
+        #[pin]
+        future: Option<F>,
+        response: Option<http::Response<R>>,
+    }
+}
+
+impl<F, R, E> Future for TooEarlyFuture<F, R>
+where
+    F: Future<Output = Result<http::Response<R>, E>>,
+{
+    type Output = Result<http::Response<R>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        match this.future.as_pin_mut() {
+            Some(future) => future.poll(cx),
+            None => match this.response.take() {
+                Some(response) => Poll::Ready(Ok(response)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FLAG_END_HEADERS;
+
+    fn frame(kind: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = FrameHeader {
+            length: payload.len() as u32,
+            kind,
+            flags: FLAG_END_HEADERS,
+            stream_id,
+        }
+        .encode()
+        .to_vec();
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn counts_streams_opened_in_early_data() {
+        let mut early = CLIENT_PREFACE.to_vec();
+        early.extend(frame(0x4, 0, &[]));
+        early.extend(frame(HEADERS, 1, &[0x82]));
+        early.extend(frame(HEADERS, 1, &[0x82])); // trailers: not a new request
+        early.extend(frame(HEADERS, 3, &[0x82]));
+        assert_eq!(early_requests(&early).remaining(), 2);
+        // A frame cut inside its header counts unless its type says it is not HEADERS.
+        let mut cut = early.clone();
+        cut.extend(&frame(HEADERS, 5, &[0x82])[..2]);
+        assert_eq!(early_requests(&cut).remaining(), 3);
+        let mut cut = early.clone();
+        cut.extend(&frame(0x0, 3, &[1, 2])[..5]);
+        assert_eq!(early_requests(&cut).remaining(), 2);
+        // Cut inside the payload: the request began early.
+        early.extend(&frame(HEADERS, 5, &[0x82, 0x84])[..10]);
+        assert_eq!(early_requests(&early).remaining(), 3);
+    }
+
+    #[test]
+    fn odd_early_bytes() {
+        assert_eq!(early_requests(b"").remaining(), 0);
+        assert_eq!(early_requests(&CLIENT_PREFACE[..10]).remaining(), 0);
+        assert_eq!(
+            early_requests(b"GET / HTTP/1.1\r\n").remaining(),
+            usize::MAX
+        );
+        // A huge frame length does not overflow.
+        let mut early = CLIENT_PREFACE.to_vec();
+        early.extend([0xff, 0xff, 0xff, 0x1, 0, 0xff, 0xff, 0xff, 0xff]);
+        assert_eq!(early_requests(&early).remaining(), 1);
+    }
+
+    #[test]
+    fn marks_the_first_requests_only() {
+        let early = EarlyRequests::first(1);
+        let (mut a, mut b) = (http::Request::new(()), http::Request::new(()));
+        assert!(early.clone().mark(&mut a));
+        assert!(!early.mark(&mut b));
+        assert_eq!(a.extensions().get::<EarlyData>(), Some(&EarlyData));
+        assert_eq!(b.extensions().get::<EarlyData>(), None);
+    }
+}
