@@ -44,6 +44,7 @@ use crate::BoxError;
 mod tun_run;
 
 pub use tun_run::{run_tun, run_tun_traced, TunRun};
+pub(crate) use tun_run::TunServer;
 
 /// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's
 /// [`examples::responses::BG_LEN`].
