@@ -43,8 +43,8 @@ use crate::BoxError;
 
 mod tun_run;
 
-pub use tun_run::{run_tun, run_tun_traced, TunRun};
 pub(crate) use tun_run::TunServer;
+pub use tun_run::{run_tun, run_tun_traced, TunRun};
 
 /// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's
 /// [`examples::responses::BG_LEN`].
