@@ -11,6 +11,7 @@
 
 pub mod attack;
 pub mod client;
+pub mod first_request;
 pub mod link;
 pub mod peers;
 pub mod server;

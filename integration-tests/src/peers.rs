@@ -33,6 +33,13 @@
 //! nghttpd (which has no option for it) get an OpenSSL configuration file with
 //! `NumTickets = 0` through `OPENSSL_CONF`. `tests/peers.rs` checks that no ticket arrives.
 //!
+//! The exceptions are the two nginx variants of the first-request workload
+//! ([`crate::first_request`]), which measures resumed connections and TLS 1.3 early data:
+//! `nginx-0rtt` (session tickets on, `ssl_early_data on;`) and `nginx-no-early` (tickets on,
+//! `ssl_early_data off;`: a resumption that rejects early data). They are not in
+//! [`PeerKind::ALL`], the peers of the priority workloads, whose record counts assume no
+//! tickets.
+//!
 //! # In another network namespace
 //!
 //! [`PeerServer::start_with`] takes [`PeerOptions`]: the address to listen on, a fixed port,
@@ -101,6 +108,14 @@ pub enum PeerKind {
     H2o,
     /// Apache httpd with the event MPM, mod_ssl and mod_http2.
     Apache,
+    /// nginx with session tickets on (OpenSSL's default two TLS 1.3 tickets) and
+    /// `ssl_early_data on;`: accepts 0-RTT requests on a resumed connection. For the
+    /// first-request workload only ([`PeerKind::RESUMING`]).
+    Nginx0rtt,
+    /// nginx with session tickets on and `ssl_early_data off;`: resumes, but rejects early
+    /// data (the client must send its requests again after the handshake). For the
+    /// first-request workload only ([`PeerKind::RESUMING`]).
+    NginxNoEarly,
 }
 
 impl PeerKind {
@@ -113,10 +128,16 @@ impl PeerKind {
         PeerKind::Apache,
     ];
 
+    /// The peers that send session tickets, for the first-request workload
+    /// ([`crate::first_request`]); not lab cases of the priority workloads.
+    pub const RESUMING: [PeerKind; 2] = [PeerKind::Nginx0rtt, PeerKind::NginxNoEarly];
+
     /// The case name on command lines, in tables and in JSON.
     pub fn name(self) -> &'static str {
         match self {
             PeerKind::Nginx => "nginx",
+            PeerKind::Nginx0rtt => "nginx-0rtt",
+            PeerKind::NginxNoEarly => "nginx-no-early",
             PeerKind::Nginx4k => "nginx-4k",
             PeerKind::Nghttpd => "nghttpd",
             PeerKind::H2o => "h2o",
@@ -127,7 +148,9 @@ impl PeerKind {
     /// The program run.
     pub fn program(self) -> &'static str {
         match self {
-            PeerKind::Nginx | PeerKind::Nginx4k => "nginx",
+            PeerKind::Nginx | PeerKind::Nginx4k | PeerKind::Nginx0rtt | PeerKind::NginxNoEarly => {
+                "nginx"
+            }
             PeerKind::Nghttpd => "nghttpd",
             PeerKind::H2o => "h2o",
             PeerKind::Apache => "apache2",
@@ -137,7 +160,9 @@ impl PeerKind {
     /// The Debian package that has [`program`](Self::program).
     pub fn package(self) -> &'static str {
         match self {
-            PeerKind::Nginx | PeerKind::Nginx4k => "nginx",
+            PeerKind::Nginx | PeerKind::Nginx4k | PeerKind::Nginx0rtt | PeerKind::NginxNoEarly => {
+                "nginx"
+            }
             PeerKind::Nghttpd => "nghttp2-server",
             PeerKind::H2o => "h2o",
             // The binary and its modules, without the apache2 package's system service.
@@ -145,9 +170,14 @@ impl PeerKind {
         }
     }
 
-    /// The kind named `name`, if any.
+    /// The kind named `name` among [`PeerKind::ALL`] (the priority workloads' peers), if any.
     pub fn from_name(name: &str) -> Option<PeerKind> {
         PeerKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it sends TLS session tickets (the [`PeerKind::RESUMING`] variants).
+    pub fn resumes(self) -> bool {
+        PeerKind::RESUMING.contains(&self)
     }
 
     /// The peer's binary, or why it cannot run (for Apache, the modules are checked too).
@@ -181,7 +211,9 @@ impl PeerKind {
     /// [`args`](Self::args)).
     pub fn config(self, layout: &Layout) -> Option<(&'static str, String)> {
         let (name, template) = match self {
-            PeerKind::Nginx | PeerKind::Nginx4k => ("nginx.conf", NGINX_CONF),
+            PeerKind::Nginx | PeerKind::Nginx4k | PeerKind::Nginx0rtt | PeerKind::NginxNoEarly => {
+                ("nginx.conf", NGINX_CONF)
+            }
             PeerKind::Nghttpd => return None,
             PeerKind::H2o => ("h2o.conf", H2O_CONF),
             PeerKind::Apache => ("httpd.conf", APACHE_CONF),
@@ -190,6 +222,16 @@ impl PeerKind {
             "4k"
         } else {
             "16k"
+        };
+        let sessions = match self {
+            // OpenSSL's defaults: stateless tickets, two TLS 1.3 tickets per handshake.
+            PeerKind::Nginx0rtt => "        ssl_session_tickets on;\n        ssl_early_data on;",
+            PeerKind::NginxNoEarly => "        ssl_session_tickets on;\n        ssl_early_data off;",
+            _ => {
+                "        # No TLS session tickets: without NumTickets 0, OpenSSL still sends two\n        \
+                 # TLS 1.3 tickets (stateful ones) after the handshake.\n        \
+                 ssl_session_tickets off;\n        ssl_conf_command NumTickets 0;"
+            }
         };
         let modules: Vec<String> = APACHE_MODULE_FILES
             .iter()
@@ -208,6 +250,7 @@ impl PeerKind {
                 ("HOST", listen.ip().to_string()),
                 ("PORT", listen.port().to_string()),
                 ("BUFFER", buffer.to_string()),
+                ("SESSIONS", sessions.to_string()),
                 ("MODULES", modules.join("\n")),
             ],
         );
@@ -222,7 +265,7 @@ impl PeerKind {
         let path = |p: &Path| p.as_os_str().to_owned();
         let config = config.map(path).unwrap_or_default();
         match self {
-            PeerKind::Nginx | PeerKind::Nginx4k => {
+            PeerKind::Nginx | PeerKind::Nginx4k | PeerKind::Nginx0rtt | PeerKind::NginxNoEarly => {
                 let mut prefix = dir.to_owned();
                 prefix.push("/");
                 vec![
@@ -279,7 +322,8 @@ impl fmt::Display for PeerKind {
 
 /// The configuration templates, in `integration-tests/peers/`: `@NAME@` (the case), `@DIR@`
 /// (the peer's directory), `@HTDOCS@`, `@CERT@`, `@KEY@`, `@LISTEN@` (`HOST:PORT`), `@HOST@`,
-/// `@PORT@`, `@BUFFER@` (nginx's `ssl_buffer_size`) and `@MODULES@` (Apache's `LoadModule`
+/// `@PORT@`, `@BUFFER@` (nginx's `ssl_buffer_size`), `@SESSIONS@` (nginx's session
+/// ticket and early data lines) and `@MODULES@` (Apache's `LoadModule`
 /// lines) are filled in by [`PeerKind::config`].
 const NGINX_CONF: &str = include_str!("../peers/nginx.conf");
 /// h2o's template (see [`NGINX_CONF`]).
@@ -840,8 +884,18 @@ mod tests {
             assert!(apache.contains(line), "{line} in\n{apache}");
         }
         assert!(PeerKind::Nghttpd.config(&l).is_none());
+        for (kind, early) in [
+            (PeerKind::Nginx0rtt, "ssl_early_data on;"),
+            (PeerKind::NginxNoEarly, "ssl_early_data off;"),
+        ] {
+            let (_, text) = kind.config(&l).unwrap();
+            assert!(text.contains(early), "{text}");
+            assert!(text.contains("ssl_session_tickets on;"), "{text}");
+            assert!(!text.contains("NumTickets"), "{text}");
+            assert!(kind.resumes() && PeerKind::from_name(kind.name()).is_none());
+        }
         // Every placeholder of every template is filled in.
-        for kind in PeerKind::ALL {
+        for kind in PeerKind::ALL.into_iter().chain(PeerKind::RESUMING) {
             if let Some((name, text)) = kind.config(&l) {
                 let left: Vec<&str> = text.split('@').skip(1).step_by(2).collect();
                 assert!(left.is_empty(), "{name}: {left:?} not filled in:\n{text}");

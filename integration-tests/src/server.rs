@@ -98,6 +98,21 @@ impl TestServer {
         // No session tickets: every application-data record after the handshake is then
         // HTTP bytes, which lets the client map records to frames.
         tls.send_tls13_tickets = 0;
+        TestServer::start_with_tls(setup, service, addr, certificate, tls).await
+    }
+
+    /// Starts `service` on `addr` (port 0: a free one) with `setup`, over a rustls
+    /// configuration of the caller's (e.g. with session tickets and early data, which
+    /// [`start_on`](Self::start_on) turns off); `certificate` is the one `tls` presents,
+    /// for clients to trust. `setup.record_size` is left to `tls` (its
+    /// `max_fragment_size`), and only tells the wrapper.
+    pub async fn start_with_tls<S: HttpService>(
+        setup: ServerSetup,
+        service: S,
+        addr: SocketAddr,
+        certificate: CertificateDer<'static>,
+        tls: rustls::ServerConfig,
+    ) -> Result<TestServer, BoxError> {
         let acceptor = TlsAcceptor::from(Arc::new(tls));
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;

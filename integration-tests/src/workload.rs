@@ -43,6 +43,7 @@ use crate::BoxError;
 
 mod tun_run;
 
+pub(crate) use tun_run::TunServer;
 pub use tun_run::{run_tun, run_tun_traced, TunRun};
 
 /// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's
@@ -554,7 +555,7 @@ enum Server {
 /// started back to back (no await point between them yields) leave in one write, so the
 /// `simultaneous` requests reach the server together. The client's connection ends with
 /// that runtime. With `netns`, the thread first enters that network namespace.
-async fn on_client_thread<F, Fut, T>(
+pub(crate) async fn on_client_thread<F, Fut, T>(
     limit: Duration,
     netns: Option<String>,
     run: F,

@@ -55,6 +55,10 @@ pub struct PacketEvent {
 /// The TCP header fields a trace shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpFields {
+    /// Source port (which connection a packet belongs to, with the direction).
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
     /// Flags byte (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10).
     pub flags: u8,
     /// Sequence number (absolute).
@@ -81,6 +85,8 @@ impl TcpFields {
         let offset = usize::from(tcp[12] >> 4) * 4;
         let word = |at: usize| u32::from_be_bytes([tcp[at], tcp[at + 1], tcp[at + 2], tcp[at + 3]]);
         Some(TcpFields {
+            src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+            dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
             flags: tcp[13],
             seq: word(4),
             ack: word(8),
@@ -225,12 +231,15 @@ mod tests {
         let len = packet.len() as u16;
         packet[2..4].copy_from_slice(&len.to_be_bytes());
         packet[9] = 6;
+        packet[20..22].copy_from_slice(&40000u16.to_be_bytes());
+        packet[22..24].copy_from_slice(&443u16.to_be_bytes());
         packet[24..28].copy_from_slice(&1000u32.to_be_bytes());
         packet[28..32].copy_from_slice(&7u32.to_be_bytes());
         packet[32] = 8 << 4;
         packet[33] = 0x18;
         let tcp = TcpFields::parse(&packet).unwrap();
         assert_eq!((tcp.seq, tcp.ack, tcp.payload), (1000, 7, 100));
+        assert_eq!((tcp.src_port, tcp.dst_port), (40000, 443));
         assert_eq!(tcp.flag_letters(), "PA");
         packet[9] = 17;
         assert_eq!(TcpFields::parse(&packet), None);

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{fixture, labelled, on_client_thread, run_limit, Case, RunResult, Urgencies, Workload};
 use crate::client::Trust;
-use crate::peers::{PeerOptions, PeerServer};
+use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, ServerStats, TestServer};
 use crate::tap::TapLog;
 use crate::tun::{self, PacketEvent, Side, TunConfig, TunLink, SERVER_ADDR};
@@ -74,44 +74,14 @@ pub async fn run_tun_traced(
     // Dropping `link` (here or on an early return) removes the namespaces.
     let server = match (case.setup(), case) {
         (Some(setup), _) => TunServer::start_in_process(&link, setup).await,
-        (None, Case::Peer(kind)) => {
-            let kind = *kind;
-            let options = PeerOptions {
-                bind: SERVER_ADDR.into(),
-                command_prefix: link.command_prefix(Side::Server),
-                ..PeerOptions::default()
-            };
-            // Started (blocking) from a thread in the server namespace, where its readiness
-            // probe connects.
-            let thread = link.spawn_in(Side::Server, "tun-peer-start", move || {
-                PeerServer::start_with(kind, &options)
-            })?;
-            match tun::blocking(move || thread.join()).await? {
-                Ok(Ok(Ok(peer))) => Ok(TunServer::Peer(peer)),
-                Ok(Ok(Err(e))) => Err(e),
-                Ok(Err(e)) => Err(e.into()),
-                Err(_) => Err("the thread starting the peer panicked".into()),
-            }
-        }
+        (None, Case::Peer(kind)) => TunServer::start_peer(&link, *kind).await,
         (None, _) => unreachable!("external servers are refused above"),
     }
     .map_err(|e| format!("{label}: starting the server: {e}"))?;
-    let (addr, trust, server_stats) = match &server {
-        TunServer::InProcess {
-            addr,
-            certificate,
-            stats,
-            ..
-        } => (
-            *addr,
-            Trust::Certificate(certificate.clone()),
-            Some(stats.clone()),
-        ),
-        TunServer::Peer(peer) => (
-            peer.addr(),
-            Trust::Certificate(peer.certificate().clone()),
-            None,
-        ),
+    let (addr, trust) = server.endpoint();
+    let server_stats = match &server {
+        TunServer::InProcess { stats, .. } => Some(stats.clone()),
+        TunServer::Peer(_) => None,
     };
     let limit = run_limit(Some((config.rate_mbit, config.rtt)));
     let client_namespace = link.namespace(Side::Client).to_string();
@@ -149,7 +119,7 @@ pub async fn run_tun_traced(
 }
 
 /// The server of a run through the tun link.
-enum TunServer {
+pub(crate) enum TunServer {
     /// Ours, on a current-thread runtime on a thread in the server namespace, until `stop`
     /// (one thread, like the peers' single worker). The flavour matters on this link: on a
     /// multi-thread runtime the background handlers were seen to race ahead of the critical
@@ -168,6 +138,16 @@ enum TunServer {
 
 impl TunServer {
     async fn start_in_process(link: &TunLink, setup: ServerSetup) -> Result<TunServer, BoxError> {
+        TunServer::start_with(link, move |addr| TestServer::demo_on(setup, addr)).await
+    }
+
+    /// Starts the server `start` makes (given the address to listen on, [`SERVER_ADDR`]
+    /// port 0) on a current-thread runtime on a thread in the link's server namespace.
+    pub(crate) async fn start_with<F, Fut>(link: &TunLink, start: F) -> Result<TunServer, BoxError>
+    where
+        F: FnOnce(SocketAddr) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = Result<TestServer, BoxError>>,
+    {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = link.spawn_in(Side::Server, "tun-server", move || {
@@ -182,7 +162,7 @@ impl TunServer {
                 }
             };
             runtime.block_on(async move {
-                match TestServer::demo_on(setup, SocketAddr::from((SERVER_ADDR, 0))).await {
+                match start(SocketAddr::from((SERVER_ADDR, 0))).await {
                     Ok(server) => {
                         let _ = ready_tx.send(Ok((
                             server.addr,
@@ -217,8 +197,38 @@ impl TunServer {
         }
     }
 
+    /// Starts the peer `kind` under `ip netns exec` in the link's server namespace.
+    pub(crate) async fn start_peer(link: &TunLink, kind: PeerKind) -> Result<TunServer, BoxError> {
+        let options = PeerOptions {
+            bind: SERVER_ADDR.into(),
+            command_prefix: link.command_prefix(Side::Server),
+            ..PeerOptions::default()
+        };
+        // Started (blocking) from a thread in the server namespace, where its readiness
+        // probe connects.
+        let thread = link.spawn_in(Side::Server, "tun-peer-start", move || {
+            PeerServer::start_with(kind, &options)
+        })?;
+        match tun::blocking(move || thread.join()).await? {
+            Ok(Ok(Ok(peer))) => Ok(TunServer::Peer(peer)),
+            Ok(Ok(Err(e))) => Err(e),
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err("the thread starting the peer panicked".into()),
+        }
+    }
+
+    /// Where the client reaches it, and how it trusts it.
+    pub(crate) fn endpoint(&self) -> (SocketAddr, Trust) {
+        match self {
+            TunServer::InProcess {
+                addr, certificate, ..
+            } => (*addr, Trust::Certificate(certificate.clone())),
+            TunServer::Peer(peer) => (peer.addr(), Trust::Certificate(peer.certificate().clone())),
+        }
+    }
+
     /// Stops the server and waits until it is gone (blocking).
-    fn stop(self) -> Result<(), BoxError> {
+    pub(crate) fn stop(self) -> Result<(), BoxError> {
         match self {
             TunServer::InProcess { stop, thread, .. } => {
                 let _ = stop.send(());

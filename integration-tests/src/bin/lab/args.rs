@@ -4,11 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::str::FromStr;
+
 use clap::Parser;
+use integration_tests::first_request::{ClientCase, FirstRequestServer};
 use integration_tests::link::LinkConfig;
 use integration_tests::peers::NotInstalled;
 use integration_tests::tun::{CongestionControl, TunConfig};
-use integration_tests::workload::{Case, Urgencies, Workload};
+use integration_tests::workload::{Case, UnknownName, Urgencies, Workload};
 use integration_tests::BoxError;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -51,6 +54,50 @@ fn parse_link(s: &str) -> Result<LinkMode, String> {
         })
 }
 
+/// A name given to `--workloads`: one of the priority experiment's workloads, or one of
+/// the two first-request workloads, which run on their own (their `--cases` are clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadArg {
+    /// `alone`, `simultaneous`, `late`.
+    Priority(Workload),
+    /// `first-request`: the client's first flight on a fresh and a resumed connection.
+    FirstRequest,
+    /// `connection-rate`: new connections, one after the other, for `--duration`.
+    ConnectionRate,
+}
+
+impl FromStr for WorkloadArg {
+    type Err = UnknownName;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "first-request" => Ok(WorkloadArg::FirstRequest),
+            "connection-rate" => Ok(WorkloadArg::ConnectionRate),
+            other => other.parse().map(WorkloadArg::Priority).map_err(|mut e| {
+                e.known
+                    .extend(["first-request".into(), "connection-rate".into()]);
+                e
+            }),
+        }
+    }
+}
+
+/// What `--workloads first-request` and `--workloads connection-rate` run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstRequestPlan {
+    /// Client cases, `stock-client` (the baseline) first when asked for.
+    pub cases: Vec<ClientCase>,
+    /// Servers.
+    pub servers: Vec<FirstRequestServer>,
+    /// Run the first-request workload.
+    pub first_request: bool,
+    /// Run the connection-rate workload, each run this long.
+    pub connection_rate: Option<Duration>,
+}
+
+/// The default `--duration` of a connection-rate run, in seconds.
+pub const DEFAULT_RATE_SECS: f64 = 10.0;
+
 /// Command-line flags of the `lab` binary.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -73,7 +120,25 @@ fn parse_link(s: &str) -> Result<LinkMode, String> {
                   scripts/install-peers.sh installs them (Debian packages). Each run starts a \
                   fresh one from a configuration written to a temporary directory. A peer \
                   that is not installed is skipped with one line on stderr; the default \
-                  cases are ours only, so the default run needs no peer."
+                  cases are ours only, so the default run needs no peer.\n\n\
+                  First request: `--workloads first-request` measures the client's first \
+                  flight instead, one small request (GET /critical, 4096 bytes) on a new \
+                  connection, fresh (full handshake) and resumed (a priming connection to the \
+                  same server first), per client case (--cases stock-client, hyper's HTTP/2 \
+                  client over tokio-rustls without TCP_NODELAY; coalesced and coalesced-0rtt, \
+                  tls-flush's coalescing client, with TLS 1.3 early data for the latter) and \
+                  server (--servers ours, the demo app behind tls-flush with session tickets \
+                  and no early data; nginx-0rtt, nginx with session tickets and ssl_early_data \
+                  on; nginx-no-early, with ssl_early_data off). Per run: first_response_ms \
+                  (connect start to the first response byte), first_flight_records (TLS \
+                  records with application data the client wrote before it), \
+                  first_flight_segments (the TCP segments that carried them; --link tun only) \
+                  and resumed (whether the handshake resumed). `--workloads connection-rate` \
+                  opens one connection after the other (TCP, TLS, HTTP/2, the same request, \
+                  close), sequentially with a single client, for --duration seconds per case \
+                  and server, sharing one session store (every connection after the first may \
+                  resume), and reports connections per second and the ratio to stock-client, \
+                  the way HAProxy measures connection rates."
 )]
 pub struct LabArgs {
     /// Runs of every (case, workload, urgencies) cell.
@@ -81,18 +146,25 @@ pub struct LabArgs {
     pub repeats: usize,
     /// Cases, comma-separated: stock, stock-4k, early-flush, dynamic, scheduled; the peers
     /// nginx, nginx-4k, nghttpd, h2o, apache (skipped when not installed; see below); or
-    /// NAME@HOST:PORT for an external server serving the same fixture. The default is ours
-    /// only.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "stock,stock-4k,early-flush,dynamic,scheduled"
-    )]
-    pub cases: Vec<Case>,
+    /// NAME@HOST:PORT for an external server serving the same fixture [default: ours only,
+    /// stock,stock-4k,early-flush,dynamic,scheduled]. With first-request or
+    /// connection-rate: client cases, stock-client, coalesced, coalesced-0rtt [default:
+    /// stock-client].
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Option<Vec<String>>,
     /// Workloads, comma-separated: alone (the critical request alone on a fresh connection:
-    /// the floor the `x alone` column divides by), simultaneous, late.
+    /// the floor the `x alone` column divides by), simultaneous, late; or, on their own,
+    /// first-request and connection-rate (see below).
     #[arg(long, value_delimiter = ',', default_value = "alone,simultaneous,late")]
-    pub workloads: Vec<Workload>,
+    pub workloads: Vec<WorkloadArg>,
+    /// With first-request or connection-rate: servers, comma-separated: ours, nginx-0rtt,
+    /// nginx-no-early (the nginx ones skipped when not installed) [default: ours].
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Option<Vec<FirstRequestServer>>,
+    /// With connection-rate: seconds each (case, server) run opens connections for
+    /// [default: 10].
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
     /// Urgencies, comma-separated: equal (all u=3), explicit (critical u=0, background u=5, i).
     #[arg(long, value_delimiter = ',', default_value = "equal,explicit")]
     pub urgencies: Vec<Urgencies>,
@@ -173,6 +245,9 @@ pub struct LabConfig {
     pub explain: bool,
     /// Where packet traces go, and how many runs are traced.
     pub trace: Option<(PathBuf, usize)>,
+    /// `--workloads first-request` / `connection-rate`: what they run (then `cases`,
+    /// `workloads` and `urgencies` are empty).
+    pub first_request: Option<FirstRequestPlan>,
 }
 
 impl LabConfig {
@@ -240,7 +315,17 @@ impl LabConfig {
                 tun.cc = args.cc.unwrap_or_default();
             }
         }
-        let cases = dedup(&args.cases, Case::clone);
+        let first_request = first_request_plan(args)?;
+        let case_names = match (&args.cases, &first_request) {
+            (_, Some(_)) => Vec::new(),
+            (Some(names), None) => names.clone(),
+            (None, None) => Case::BUILTIN.iter().map(|c| c.name().to_string()).collect(),
+        };
+        let cases = case_names
+            .iter()
+            .map(|name| name.parse::<Case>())
+            .collect::<Result<Vec<_>, _>>()?;
+        let cases = dedup(&cases, Case::clone);
         if let Some(dup) = cases.iter().enumerate().find_map(|(i, c)| {
             cases[..i]
                 .iter()
@@ -252,8 +337,22 @@ impl LabConfig {
         let config = LabConfig {
             repeats: args.repeats,
             cases,
-            workloads: dedup(&args.workloads, |w| *w),
-            urgencies: dedup(&args.urgencies, |u| *u),
+            workloads: dedup(
+                &args
+                    .workloads
+                    .iter()
+                    .filter_map(|w| match w {
+                        WorkloadArg::Priority(w) => Some(*w),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>(),
+                |w| *w,
+            ),
+            urgencies: if first_request.is_some() {
+                Vec::new()
+            } else {
+                dedup(&args.urgencies, |u| *u)
+            },
             link_mode: args.link,
             link,
             tun,
@@ -266,8 +365,9 @@ impl LabConfig {
                 .trace
                 .clone()
                 .map(|dir| (dir, args.trace_runs.unwrap_or(usize::MAX))),
+            first_request,
         };
-        if config.cells().is_empty() {
+        if config.first_request.is_none() && config.cells().is_empty() {
             return Err(
                 "nothing to run: --cases, --workloads and --urgencies may not be empty".into(),
             );
@@ -287,6 +387,16 @@ impl LabConfig {
             }
         }
         self.cases = kept;
+        if let Some(plan) = &mut self.first_request {
+            let mut kept = Vec::new();
+            for server in std::mem::take(&mut plan.servers) {
+                match server.peer().map(|kind| kind.binary()) {
+                    Some(Err(missing)) => self.skipped.push(missing),
+                    _ => kept.push(server),
+                }
+            }
+            plan.servers = kept;
+        }
         &self.skipped
     }
 
@@ -332,6 +442,72 @@ impl LabConfig {
             LinkMode::Tun => self.tun.describe(),
         }
     }
+}
+
+/// The first-request plan the flags ask for, if `--workloads` names first-request or
+/// connection-rate (which then run alone); checks the flags that only apply to one kind.
+fn first_request_plan(args: &LabArgs) -> Result<Option<FirstRequestPlan>, BoxError> {
+    let first_request = args.workloads.contains(&WorkloadArg::FirstRequest);
+    let rate = args.workloads.contains(&WorkloadArg::ConnectionRate);
+    if !first_request && !rate {
+        if args.servers.is_some() || args.duration.is_some() {
+            return Err(
+                "--servers and --duration apply to --workloads first-request and \
+                        connection-rate only"
+                    .into(),
+            );
+        }
+        return Ok(None);
+    }
+    if args
+        .workloads
+        .iter()
+        .any(|w| matches!(w, WorkloadArg::Priority(_)))
+    {
+        return Err(
+            "first-request and connection-rate run on their own (their --cases are \
+                    clients): run the priority workloads in another lab invocation"
+                .into(),
+        );
+    }
+    if args.explain || args.trace.is_some() || args.svg.is_some() {
+        return Err("--explain, --trace and --svg apply to the priority workloads only".into());
+    }
+    if !rate && args.duration.is_some() {
+        return Err("--duration applies to --workloads connection-rate only".into());
+    }
+    let names = args
+        .cases
+        .clone()
+        .unwrap_or_else(|| vec![ClientCase::StockClient.name().to_string()]);
+    let cases = names
+        .iter()
+        .map(|name| name.parse::<ClientCase>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cases = dedup(&cases, |c| *c);
+    // The baseline first, so that ratios have it.
+    cases.sort_by_key(|c| *c != ClientCase::StockClient);
+    let servers = dedup(
+        args.servers
+            .as_deref()
+            .unwrap_or(&[FirstRequestServer::Ours]),
+        |s| *s,
+    );
+    if cases.is_empty() || servers.is_empty() {
+        return Err("nothing to run: --cases and --servers may not be empty".into());
+    }
+    let duration = args.duration.unwrap_or(DEFAULT_RATE_SECS);
+    if !(duration.is_finite() && duration > 0.0) {
+        return Err(
+            format!("--duration must be a positive number of seconds, not {duration}").into(),
+        );
+    }
+    Ok(Some(FirstRequestPlan {
+        cases,
+        servers,
+        first_request,
+        connection_rate: rate.then(|| Duration::from_secs_f64(duration)),
+    }))
 }
 
 fn dedup<T: Clone, K: PartialEq>(items: &[T], key: impl Fn(&T) -> K) -> Vec<T> {
@@ -435,7 +611,7 @@ pub(crate) mod tests {
         assert!(err.contains("unknown link `netem`"), "{err}");
         assert_eq!(config.link_mode, LinkMode::Relay);
         assert!(report_first_line(&config).starts_with("relay link: 5 ms RTT"));
-        let err = LabArgs::try_parse_from(["lab", "--cases", "stock,fast"])
+        let err = LabConfig::from_args(&args(&["--cases", "stock,fast"]))
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown case `fast`"), "{err}");
@@ -499,6 +675,45 @@ pub(crate) mod tests {
         ] {
             assert!(LabConfig::from_args(&args(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn first_request_flags() {
+        let config = LabConfig::from_args(&args(&["--workloads", "first-request"])).unwrap();
+        let plan = config.first_request.clone().unwrap();
+        assert_eq!(plan.cases, [ClientCase::StockClient]);
+        assert_eq!(plan.servers, [FirstRequestServer::Ours]);
+        assert!(plan.first_request && plan.connection_rate.is_none());
+        assert!(config.cases.is_empty() && config.workloads.is_empty());
+        let config = LabConfig::from_args(&args(&[
+            "--workloads",
+            "connection-rate",
+            "--cases",
+            "coalesced,stock-client",
+            "--servers",
+            "nginx-0rtt,ours",
+            "--duration",
+            "2.5",
+        ]))
+        .unwrap();
+        let plan = config.first_request.unwrap();
+        assert_eq!(plan.cases, [ClientCase::StockClient, ClientCase::Coalesced]);
+        assert_eq!(plan.connection_rate, Some(Duration::from_millis(2500)));
+        assert!(!plan.first_request);
+        for bad in [
+            &["--workloads", "first-request,late"][..],
+            &["--workloads", "first-request", "--cases", "stock"],
+            &["--workloads", "first-request", "--duration", "3"],
+            &["--workloads", "connection-rate", "--duration", "0"],
+            &["--servers", "ours"],
+            &["--workloads", "first-request", "--explain"],
+        ] {
+            assert!(LabConfig::from_args(&args(bad)).is_err(), "{bad:?}");
+        }
+        let err = LabArgs::try_parse_from(["lab", "--workloads", "first"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("first-request, connection-rate"), "{err}");
     }
 
     #[test]

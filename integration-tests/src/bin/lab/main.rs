@@ -20,11 +20,13 @@
 //! |---|---|
 //! | `main.rs` | the entry point and the loop over the runs |
 //! | `args.rs` | the flags (clap), the configuration they make, the cells and the run order |
+//! | `first_request.rs` | `--workloads first-request` and `connection-rate`: runs, tables, JSON |
 //! | `stats.rs` | medians, spreads and paired differences against stock |
 //! | `report.rs` | the Markdown tables and the JSON |
 //! | `svg.rs` | the chart (plotters) |
 
 mod args;
+mod first_request;
 mod report;
 mod stats;
 mod svg;
@@ -83,6 +85,9 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
     for missing in config.skip_missing_peers() {
         eprintln!("lab: skipping case `{}`: {missing}", missing.kind.name());
     }
+    if let Some(plan) = config.first_request.clone() {
+        return run_first_request(&config, &plan, args.json.as_deref()).await;
+    }
     if config.cases.is_empty() {
         return Err("nothing to run: no case asked for is installed".into());
     }
@@ -126,6 +131,40 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
     }
     if let Some(path) = &args.svg {
         write_svg(path, &config, &results).map_err(|e| format!("{}: {e}", path.display()))?;
+        eprintln!("lab: wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--workloads first-request` / `connection-rate`: runs the plan, prints its tables and
+/// writes the JSON asked for.
+async fn run_first_request(
+    config: &LabConfig,
+    plan: &args::FirstRequestPlan,
+    json: Option<&std::path::Path>,
+) -> Result<(), BoxError> {
+    if plan.servers.is_empty() {
+        return Err("nothing to run: no server asked for is installed".into());
+    }
+    eprintln!(
+        "lab: first-request, seed {}, link: {}",
+        config.seed,
+        config.describe_link()
+    );
+    let started = Instant::now();
+    let runs = first_request::run(config, plan).await?;
+    let elapsed = started.elapsed();
+    print!("{}", first_request::render(config, plan, &runs));
+    println!(
+        "\n{} runs in {:.1} s",
+        runs.runs.len() + runs.rates.len(),
+        elapsed.as_secs_f64()
+    );
+    if let Some(path) = json {
+        let mut json = first_request::to_json(config, plan, &runs);
+        json["config"]["elapsed_s"] = elapsed.as_secs_f64().into();
+        std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("lab: wrote {}", path.display());
     }
     Ok(())
