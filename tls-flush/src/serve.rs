@@ -7,7 +7,10 @@
 //! Every connection goes through the same steps: `TCP_NODELAY`, the TLS handshake, the
 //! [`FlushStream`] wrapper, then hyper's HTTP/1.1 + HTTP/2 server (`hyper_util`'s auto
 //! builder, with [`TokioTimer`] set on both protocols) with your service. Each request
-//! carries the connection's [`ConnectionStats`] in its extensions.
+//! carries the connection's [`ConnectionStats`] in its extensions. Under the wrapper,
+//! [`EarlyDataStream`] hands hyper what rustls accepted as TLS 1.3 early data (when the
+//! rustls config sets `max_early_data_size`; tokio-rustls alone would drop those bytes),
+//! and the requests that began in it carry [`EarlyData`](crate::EarlyData).
 //!
 //! The invariants (accept errors, timeouts, shutdown) are documented on [`Serve`], because
 //! this module is private and `Serve` is where users read them:
@@ -43,6 +46,7 @@ use tracing::{debug, warn, Instrument};
 
 use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::config::FlushConfig;
+use crate::early_data::EarlyDataStream;
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
 use crate::transport::Transport;
@@ -148,6 +152,10 @@ fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
 /// connection is shut down gracefully after 60 s without a byte moving on its socket (and
 /// dropped after 60 s more), hyper's HTTP/1 header read timeout is 30 s, HTTP/2 keep-alive is
 /// off. Every request carries the connection's [`ConnectionStats`] in its extensions.
+/// When `acceptor`'s config accepts TLS 1.3 early data (`max_early_data_size` above
+/// zero, stateful resumption), those bytes are served through [`EarlyDataStream`], and the
+/// requests that began in them carry [`EarlyData`](crate::EarlyData) (see
+/// [`TooEarlyLayer`](crate::TooEarlyLayer)).
 ///
 /// Errors: the handshake's (`TimedOut` when it took too long), a connection dropped while
 /// shutting down (`TimedOut`), and hyper's (as `io::Error::other`).
@@ -639,12 +647,21 @@ async fn connection_inner<S: HttpService>(
         }
     };
 
+    // Early data first (rustls keeps it aside; without this a client whose 0-RTT the
+    // server accepted would never be answered), then the wrapper.
+    let tls = EarlyDataStream::new(tls);
+    let early = tls.early_requests();
     let stream = FlushStream::new(tls, config);
     let stats: ConnectionStats = stream.stats();
-    tracing::debug!(http2 = stream.is_http2(), "wrapped");
+    tracing::debug!(
+        http2 = stream.is_http2(),
+        early = early.remaining(),
+        "wrapped"
+    );
     let request_stats = stats.clone();
     let service = tower::util::MapRequest::new(service, move |mut req: Request<Incoming>| {
         req.extensions_mut().insert(request_stats.clone());
+        early.mark(&mut req);
         req
     });
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
