@@ -36,9 +36,10 @@
 //! The exceptions are the two nginx variants of the first-request workload
 //! ([`crate::first_request`]), which measures resumed connections and TLS 1.3 early data:
 //! `nginx-0rtt` (session tickets on, `ssl_early_data on;`) and `nginx-no-early` (tickets on,
-//! `ssl_early_data off;`: a resumption that rejects early data). They are not in
-//! [`PeerKind::ALL`], the peers of the priority workloads, whose record counts assume no
-//! tickets.
+//! `ssl_early_data off;`: OpenSSL's tickets then allow no early data, and early data offered
+//! with another server's ticket is rejected). They are not in [`PeerKind::ALL`], the peers
+//! of the priority workloads, whose record counts assume no tickets. They log their
+//! requests ([`Layout::access_log`]), so that tests can count deliveries.
 //!
 //! # In another network namespace
 //!
@@ -223,15 +224,19 @@ impl PeerKind {
         } else {
             "16k"
         };
+        // The resuming variants log their requests (to count deliveries).
+        let resuming = format!(
+            "        ssl_session_tickets on;\n        access_log {};",
+            layout.access_log().display()
+        );
         let sessions = match self {
             // OpenSSL's defaults: stateless tickets, two TLS 1.3 tickets per handshake.
-            PeerKind::Nginx0rtt => "        ssl_session_tickets on;\n        ssl_early_data on;",
-            PeerKind::NginxNoEarly => "        ssl_session_tickets on;\n        ssl_early_data off;",
-            _ => {
-                "        # No TLS session tickets: without NumTickets 0, OpenSSL still sends two\n        \
+            PeerKind::Nginx0rtt => format!("{resuming}\n        ssl_early_data on;"),
+            PeerKind::NginxNoEarly => format!("{resuming}\n        ssl_early_data off;"),
+            _ => "        # No TLS session tickets: without NumTickets 0, OpenSSL still sends two\n        \
                  # TLS 1.3 tickets (stateful ones) after the handshake.\n        \
                  ssl_session_tickets off;\n        ssl_conf_command NumTickets 0;"
-            }
+                .to_string(),
         };
         let modules: Vec<String> = APACHE_MODULE_FILES
             .iter()
@@ -250,7 +255,7 @@ impl PeerKind {
                 ("HOST", listen.ip().to_string()),
                 ("PORT", listen.port().to_string()),
                 ("BUFFER", buffer.to_string()),
-                ("SESSIONS", sessions.to_string()),
+                ("SESSIONS", sessions),
                 ("MODULES", modules.join("\n")),
             ],
         );
@@ -408,6 +413,12 @@ impl Layout {
     /// The server's error log (nginx, h2o, Apache).
     pub fn error_log(&self) -> PathBuf {
         self.dir.join("error.log")
+    }
+
+    /// The access log of the resuming nginx variants ([`PeerKind::RESUMING`]; the others
+    /// log no requests): one line per request, `$request` among its fields.
+    pub fn access_log(&self) -> PathBuf {
+        self.dir.join("access.log")
     }
 
     /// The listening address.

@@ -1,18 +1,22 @@
 //! The first-request workload (`integration_tests::first_request`) on the relay link: the
 //! stock client's first flight is counted, a resumed connection resumes, the first response
-//! takes at least the handshake's round trips; the nginx variants say what the workload
-//! needs; a short connection-rate run completes connections. Through the tun link (root):
-//! segments are counted.
+//! takes at least the handshake's round trips; `coalesced` sends its first flight in one
+//! record where stock takes several; `coalesced-0rtt` is served from early data by ours and
+//! nginx-0rtt, a round trip sooner; early data that nginx rejects is delivered exactly once;
+//! the nginx variants say what the workload needs; a short connection-rate run completes
+//! connections. Through the tun link (root): segments are counted.
 
 mod support;
 
 use std::time::Duration;
 
+use integration_tests::client::Trust;
 use integration_tests::first_request::{
-    connection_rate, run_relay, run_tun, ClientCase, Connection, FirstRequestServer, NotBuiltYet,
+    client_config, connection_rate, one_connection_to, run_relay, run_tun, ClientCase, Connection,
+    FirstRequestServer,
 };
-use integration_tests::link::LinkConfig;
-use integration_tests::peers::{Layout, PeerKind};
+use integration_tests::link::{LinkConfig, RelayLink};
+use integration_tests::peers::{Layout, PeerKind, PeerServer};
 use integration_tests::tun::TunConfig;
 
 use support::{have_root, peer_installed, serial};
@@ -96,20 +100,181 @@ fn stock_client_first_flight_on_the_relay() {
 }
 
 #[test]
-fn coalesced_cases_say_they_are_not_built_yet() {
+fn coalesced_first_flight_is_one_record_where_stock_takes_several() {
+    let _serial = serial();
     let rt = runtime();
-    for case in [ClientCase::Coalesced, ClientCase::Coalesced0Rtt] {
-        let err = rt
-            .block_on(run_relay(
-                case,
-                FirstRequestServer::Ours,
-                Connection::Fresh,
-                &link(),
-            ))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains(&NotBuiltYet(case).to_string()), "{err}");
+    let run = |case, connection| {
+        rt.block_on(run_relay(
+            case,
+            FirstRequestServer::Ours,
+            connection,
+            &link(),
+        ))
+        .unwrap()
+    };
+    let stock = run(ClientCase::StockClient, Connection::Fresh);
+    assert!(stock.first_flight_records > 1, "{stock:?}");
+    for connection in Connection::ALL {
+        let coalesced = run(ClientCase::Coalesced, connection);
+        assert_eq!(coalesced.first_flight_records, 1, "{coalesced:?}");
+        assert_eq!(
+            coalesced.resumed,
+            connection == Connection::Resumed,
+            "{coalesced:?}"
+        );
+        assert!(!coalesced.early_data_sent, "{coalesced:?}");
+        assert_eq!(coalesced.tls_version, "TLSv1_3");
     }
+}
+
+/// `coalesced-0rtt` on a resumed connection: the first flight goes as early data, the
+/// server accepts it and answers from it (the body is checked byte for byte by the run),
+/// within `round_trips` round trips (the relay link's TCP handshake is local). The stock
+/// client needs three: the TLS handshake's, the request's and Nagle's.
+fn check_served_from_early_data(server: FirstRequestServer, round_trips: f64) {
+    let rt = runtime();
+    let link = link();
+    let rtt_ms = link.rtt.as_secs_f64() * 1e3;
+    let fresh = rt
+        .block_on(run_relay(
+            ClientCase::Coalesced0Rtt,
+            server,
+            Connection::Fresh,
+            &link,
+        ))
+        .unwrap();
+    assert!(
+        !fresh.early_data_sent,
+        "no session, no early data: {fresh:?}"
+    );
+    assert_eq!(fresh.first_flight_records, 1, "{fresh:?}");
+    let resumed = rt
+        .block_on(run_relay(
+            ClientCase::Coalesced0Rtt,
+            server,
+            Connection::Resumed,
+            &link,
+        ))
+        .unwrap();
+    assert!(resumed.resumed, "{server}: {resumed:?}");
+    assert!(resumed.early_data_sent, "{server}: {resumed:?}");
+    assert!(resumed.early_data_accepted, "{server}: {resumed:?}");
+    assert_eq!(resumed.first_flight_records, 1, "{server}: {resumed:?}");
+    assert!(
+        resumed.first_response_ms >= rtt_ms && resumed.first_response_ms < round_trips * rtt_ms,
+        "{server}: within {round_trips} round trips: {resumed:?}"
+    );
+}
+
+#[test]
+fn coalesced_0rtt_is_served_from_early_data_by_ours() {
+    let _serial = serial();
+    // tokio-rustls' server stream comes after the handshake: the early request is answered
+    // once the client's Finished arrived, a round trip after the early data (no 0.5-RTT):
+    // two round trips, under the stock client's three.
+    check_served_from_early_data(FirstRequestServer::Ours, 3.0);
+}
+
+#[test]
+fn coalesced_0rtt_is_served_from_early_data_by_nginx() {
+    if !peer_installed(PeerKind::Nginx) {
+        return;
+    }
+    let _serial = serial();
+    // nginx answers early data at once (0.5-RTT): one round trip.
+    check_served_from_early_data(FirstRequestServer::Peer(PeerKind::Nginx0rtt), 1.5);
+}
+
+/// A request target no other run uses, to count this one in an access log.
+fn unique_path(what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("/critical?{what}={}-{nanos}", std::process::id())
+}
+
+/// The lines of `peer`'s access log with `path`, once the count has held still for a
+/// while (nginx logs a request when it is done with it, maybe after the client read it).
+fn logged(peer: &PeerServer, path: &str) -> usize {
+    let count = || {
+        std::fs::read_to_string(peer.layout().access_log())
+            .unwrap_or_default()
+            .lines()
+            .filter(|line| line.contains(path))
+            .count()
+    };
+    let mut last = count();
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = count();
+        if now == last && now > 0 {
+            break;
+        }
+        last = now;
+    }
+    count()
+}
+
+/// Early data that nginx rejects is sent again after the handshake, once: the client
+/// offers a session of nginx-0rtt (its ticket allows early data) to nginx-no-early, which
+/// skips the 0-RTT records; the request reaches it exactly once (its access log), and
+/// never reaches nginx-0rtt. Against nginx-no-early's own session, whose ticket allows no
+/// early data (OpenSSL's `max_early_data` is 0 with `ssl_early_data off`), the client
+/// sends none.
+#[test]
+fn early_data_nginx_rejects_is_delivered_exactly_once() {
+    if !peer_installed(PeerKind::Nginx) {
+        return;
+    }
+    let _serial = serial();
+    let rt = runtime();
+    let case = ClientCase::Coalesced0Rtt;
+    rt.block_on(async {
+        let accepting = PeerServer::start(PeerKind::Nginx0rtt).unwrap();
+        let rejecting = PeerServer::start(PeerKind::NginxNoEarly).unwrap();
+        let to_accepting = RelayLink::start(accepting.addr(), link()).await.unwrap();
+        let to_rejecting = RelayLink::start(rejecting.addr(), link()).await.unwrap();
+        // One session store for both servers (both are `localhost`); two certificates.
+        let config = client_config(case, &Trust::AnyCertificate).unwrap();
+        let prime = unique_path("prime");
+        one_connection_to(case, to_accepting.addr(), config.clone(), &prime)
+            .await
+            .unwrap();
+        tokio::time::sleep(link().rtt).await;
+        let measured = unique_path("rejected");
+        let outcome = one_connection_to(case, to_rejecting.addr(), config.clone(), &measured)
+            .await
+            .unwrap();
+        // nginx-no-early cannot resume nginx-0rtt's session (another certificate, hence
+        // another session id context, and another ticket key): a full handshake, which
+        // rejects the early data all the same.
+        assert!(outcome.sent_early_data(), "{:?}", outcome.tls);
+        assert!(!outcome.tls.early_data_accepted, "{:?}", outcome.tls);
+        assert!(outcome.tls.handshake_kind.is_some(), "{:?}", outcome.tls);
+        assert_eq!(logged(&accepting, &prime), 1, "{}", accepting.logs());
+        assert_eq!(logged(&rejecting, &measured), 1, "{}", rejecting.logs());
+        assert_eq!(logged(&accepting, &measured), 0);
+
+        // nginx-no-early's own tickets allow no early data.
+        let own = client_config(case, &Trust::AnyCertificate).unwrap();
+        let prime = unique_path("prime-no-early");
+        one_connection_to(case, to_rejecting.addr(), own.clone(), &prime)
+            .await
+            .unwrap();
+        tokio::time::sleep(link().rtt).await;
+        let measured = unique_path("resumed-no-early");
+        let outcome = one_connection_to(case, to_rejecting.addr(), own, &measured)
+            .await
+            .unwrap();
+        assert!(outcome.tls.resumed(), "{:?}", outcome.tls);
+        assert!(!outcome.sent_early_data(), "{:?}", outcome.tls);
+        assert_eq!(logged(&rejecting, &measured), 1, "{}", rejecting.logs());
+        drop((to_accepting, to_rejecting));
+        tokio::task::spawn_blocking(move || drop((accepting, rejecting)))
+            .await
+            .unwrap();
+    });
 }
 
 #[test]

@@ -11,7 +11,9 @@
 //!   before hyper handed over the response head);
 //! - `first_flight_records`: the TLS records carrying application data (the HTTP/2
 //!   preface, SETTINGS, WINDOW_UPDATE, the request's HEADERS, in as many records as the
-//!   client wrote) that the client wrote before that arrival. The client's TCP stream is
+//!   client wrote) that the client wrote before that arrival, and before it read anything
+//!   after the first of them (what it writes then, such as the ACK of the server's
+//!   SETTINGS when those arrive before the response, answers the server). The client's TCP stream is
 //!   wrapped in [`RecordCounter`], which parses the TLS record headers the client writes;
 //!   the handshake's own records (ClientHello, ChangeCipherSpec, and in TLS 1.3 the
 //!   encrypted Finished, plus EndOfEarlyData when early data was accepted) are not counted.
@@ -35,12 +37,11 @@
 //! `ClientConfig`.
 //!
 //! Servers ([`FirstRequestServer`]): `ours`, the demo app in-process behind `tls-flush`
-//! with TLS 1.3 session tickets (rustls' ring `Ticketer`); `nginx-0rtt` (tickets and
-//! `ssl_early_data on`) and `nginx-no-early` (tickets, `ssl_early_data off`: early data is
-//! rejected and must be sent again). `ours` does not accept early data: tokio-rustls' server
-//! stream never reads rustls' early-data buffer (`ServerConnection::early_data`), so 0-RTT
-//! bytes a server accepted there would be lost; with `max_early_data_size` 0 its tickets
-//! offer no early data and a 0-RTT client sends its request after the handshake.
+//! (`tls_flush::serve_connection`) with TLS 1.3 resumption and early data accepted (up to
+//! [`OURS_MAX_EARLY_DATA`]; `serve_connection` reads it through `tls_flush::EarlyDataStream`,
+//! since tokio-rustls' server stream alone never reads rustls' early-data buffer);
+//! `nginx-0rtt` (tickets and `ssl_early_data on`) and `nginx-no-early` (tickets,
+//! `ssl_early_data off`: early data is rejected and must be sent again).
 //!
 //! [`connection_rate`] is the other half: one connection after the other (TCP, TLS,
 //! HTTP/2, one small request, close), sequentially, for a number of seconds, counting
@@ -60,6 +61,7 @@ use rustls::client::ClientConnection;
 use rustls::pki_types::ServerName;
 use rustls::{HandshakeKind, ProtocolVersion};
 use serde::{Deserialize, Serialize};
+use tls_flush::client::FlushClientStream;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -186,7 +188,7 @@ impl FromStr for Connection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FirstRequestServer {
     /// The demo app in-process behind `tls-flush` (its default policy), with TLS 1.3
-    /// session tickets and no early data (see the [module documentation](self)).
+    /// resumption and early data (see the [module documentation](self)).
     Ours,
     /// A peer that resumes: [`PeerKind::Nginx0rtt`] or [`PeerKind::NginxNoEarly`].
     Peer(PeerKind),
@@ -258,24 +260,6 @@ fn named<T: Copy>(
         })
 }
 
-/// A client case whose client is not in this tree yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NotBuiltYet(pub ClientCase);
-
-impl fmt::Display for NotBuiltYet {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "client case `{}` is not built yet: it needs tls-flush's coalescing client \
-             (tls_flush::client::FlushConnector), which \
-             integration_tests::first_request::client_stream plugs in",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for NotBuiltYet {}
-
 /// A client TLS stream hyper can speak HTTP/2 over, with the rustls connection under it
 /// (for the handshake kind, early data and the protocol version).
 pub trait ClientTls: AsyncRead + AsyncWrite + Send + Unpin {
@@ -286,6 +270,12 @@ pub trait ClientTls: AsyncRead + AsyncWrite + Send + Unpin {
 impl ClientTls for tokio_rustls::client::TlsStream<RecordCounter<TcpStream>> {
     fn connection(&self) -> &ClientConnection {
         self.get_ref().1
+    }
+}
+
+impl ClientTls for FlushClientStream<tokio_rustls::client::TlsStream<RecordCounter<TcpStream>>> {
+    fn connection(&self) -> &ClientConnection {
+        self.get_ref().get_ref().1
     }
 }
 
@@ -319,13 +309,14 @@ pub fn client_config(
 /// speaks HTTP/2 over, on `tcp` (the client's counted TCP connection, `TCP_NODELAY` off),
 /// with `config` (from [`client_config`]) and the server name `name`.
 ///
-/// It returns once hyper may write: for `stock-client`, after tokio-rustls' handshake. The
-/// coalescing cases plug in here: `coalesced` returns `tls_flush::client::FlushConnector`'s
-/// stream (which writes the HTTP/2 preface, SETTINGS, WINDOW_UPDATE and the first HEADERS
-/// hyper hands it as one TLS record), `coalesced-0rtt` the same with early data (returning
-/// before the handshake completes, so that the first flight can go as 0-RTT data); each
-/// must implement [`ClientTls`] (the rustls `ClientConnection` under it). Until then they
-/// fail with [`NotBuiltYet`].
+/// - `stock-client`: tokio-rustls' stream, returned after the handshake; Nagle stays on.
+/// - `coalesced`: `TCP_NODELAY` on, tokio-rustls' handshake, then
+///   [`FlushClientStream`], which writes the HTTP/2 preface, SETTINGS, WINDOW_UPDATE and the
+///   first HEADERS hyper hands it as one TLS record (what `FlushConnector` builds, with
+///   [`RecordCounter`] kept under the TLS).
+/// - `coalesced-0rtt`: the same with tokio-rustls' early data on (and `enable_early_data`
+///   in `config`): on a resumed session whose ticket allows early data the stream comes
+///   back before the handshake completes, and the first flight goes as 0-RTT data.
 pub async fn client_stream(
     case: ClientCase,
     tcp: RecordCounter<TcpStream>,
@@ -339,7 +330,15 @@ pub async fn client_stream(
                 .await?;
             Ok(Box::new(stream))
         }
-        ClientCase::Coalesced | ClientCase::Coalesced0Rtt => Err(NotBuiltYet(case).into()),
+        ClientCase::Coalesced | ClientCase::Coalesced0Rtt => {
+            // One write of the first flight is one segment only without Nagle.
+            tcp.get_ref().set_nodelay(true)?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .early_data(case.early_data())
+                .connect(name, tcp)
+                .await?;
+            Ok(Box::new(FlushClientStream::new(tls)))
+        }
     }
 }
 
@@ -454,6 +453,20 @@ pub struct ConnectionOutcome {
     pub wire: WireLog,
 }
 
+impl ConnectionOutcome {
+    /// Whether the client wrote application data before it read anything from the server:
+    /// TLS 1.3 early data (0-RTT), accepted or not.
+    pub fn sent_early_data(&self) -> bool {
+        sent_early_data(&self.wire)
+    }
+}
+
+fn sent_early_data(wire: &WireLog) -> bool {
+    wire.records.iter().any(|r| {
+        r.content_type == APPLICATION_DATA && wire.first_read_at.is_none_or(|read| r.at < read)
+    })
+}
+
 /// Opens one connection to `addr` for `case` with `config`, sends `GET /critical`, checks
 /// the 4096-byte body, and closes the connection.
 pub async fn one_connection(
@@ -461,15 +474,31 @@ pub async fn one_connection(
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
 ) -> Result<ConnectionOutcome, BoxError> {
-    tokio::time::timeout(CONNECTION_TIMEOUT, connection_inner(case, addr, config))
-        .await
-        .map_err(|_| format!("{case}: no response within {CONNECTION_TIMEOUT:?}"))?
+    one_connection_to(case, addr, config, REQUEST_PATH).await
+}
+
+/// [`one_connection`] with the request target `path` (`/critical` with a query, say, to
+/// find this request in a server's access log; the response must still be the critical
+/// resource).
+pub async fn one_connection_to(
+    case: ClientCase,
+    addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    path: &str,
+) -> Result<ConnectionOutcome, BoxError> {
+    tokio::time::timeout(
+        CONNECTION_TIMEOUT,
+        connection_inner(case, addr, config, path),
+    )
+    .await
+    .map_err(|_| format!("{case}: no response within {CONNECTION_TIMEOUT:?}"))?
 }
 
 async fn connection_inner(
     case: ClientCase,
     addr: SocketAddr,
     config: Arc<rustls::ClientConfig>,
+    path: &str,
 ) -> Result<ConnectionOutcome, BoxError> {
     let connect_start = Instant::now();
     let tcp = TcpStream::connect(addr)
@@ -491,7 +520,7 @@ async fn connection_inner(
         .await
         .map_err(|e| format!("{case}: HTTP/2 handshake: {e}"))?;
     let driver = tokio::spawn(connection);
-    let request = http::Request::get(format!("https://localhost{REQUEST_PATH}"))
+    let request = http::Request::get(format!("https://localhost{path}"))
         .body(http_body_util::Empty::<bytes::Bytes>::new())?;
     let response = sender
         .send_request(request)
@@ -553,7 +582,8 @@ async fn connection_inner(
 /// documentation](self) for which records count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FirstFlight {
-    /// Application-data records written before the first response byte arrived.
+    /// Application-data records written before the first response byte arrived and before
+    /// the client read anything after the first of them.
     pub records: usize,
     /// Every record written before it, the handshake's included.
     pub client_records: usize,
@@ -578,15 +608,23 @@ pub fn first_flight(wire: &WireLog, tls: &TlsInfo, first_response_at: Instant) -
         .iter()
         .filter(|r| r.at < first_response_at)
         .collect();
-    let mut app = Vec::new();
+    let mut app: Vec<&WrittenRecord> = Vec::new();
+    // The flight ends at the first read after its first record: what the client writes
+    // then (a SETTINGS ACK, say) answers the server, and is no longer its first flight.
+    let mut ends_at = first_response_at;
     for record in &before {
-        if record.content_type != APPLICATION_DATA {
+        if record.content_type != APPLICATION_DATA || record.at >= ends_at {
             continue;
         }
         let early = wire.first_read_at.is_none_or(|read| record.at < read);
         if !early && handshake_left > 0 {
             handshake_left -= 1;
             continue;
+        }
+        if app.is_empty() {
+            if let Some(&read) = wire.reads.iter().find(|&&read| read > record.at) {
+                ends_at = ends_at.min(read);
+            }
         }
         app.push(*record);
     }
@@ -644,6 +682,9 @@ pub struct FirstRequestResult {
     pub resumed: bool,
     /// Whether the server accepted early data.
     pub early_data_accepted: bool,
+    /// Whether the client sent early data (application data before it read anything),
+    /// accepted or not.
+    pub early_data_sent: bool,
     /// `TLSv1_3`, `TLSv1_2`.
     pub tls_version: String,
     /// TLS records carrying application data the client wrote before the first response
@@ -684,6 +725,7 @@ impl FirstRequestResult {
             repeat: 0,
             resumed: outcome.tls.resumed(),
             early_data_accepted: outcome.tls.early_data_accepted,
+            early_data_sent: outcome.sent_early_data(),
             tls_version: outcome
                 .tls
                 .version
@@ -705,16 +747,20 @@ enum RelayServer {
     Peer(PeerServer),
 }
 
+/// The most early data `ours` accepts (one first flight with room to spare).
+pub const OURS_MAX_EARLY_DATA: u32 = 16 * 1024;
+
 /// Starts `ours` on `addr` (port 0: a free one): the demo app behind `tls-flush` (default
-/// configuration), TLS 1.3 session tickets from rustls' ring `Ticketer` (two per
-/// handshake, rustls' default), no early data.
+/// configuration, through `tls_flush::serve_connection`, which reads accepted early data
+/// through `tls_flush::EarlyDataStream` before the wrapper), TLS 1.3 resumption from
+/// rustls' stateful in-memory session cache (two tickets per handshake, rustls' default;
+/// each usable once) and early data up to [`OURS_MAX_EARLY_DATA`]. rustls accepts early
+/// data only with stateful resumption, so no `Ticketer`.
 pub async fn start_ours(addr: SocketAddr) -> Result<TestServer, BoxError> {
     let identity = examples::tls::self_signed()?;
     let certificate = identity.chain[0].clone();
     let mut tls = examples::tls::server_config(identity, None)?;
-    tls.ticketer = rustls::crypto::ring::Ticketer::new()?;
-    // Early data stays off (0): tokio-rustls' server never reads rustls' early-data buffer.
-    tls.max_early_data_size = 0;
+    tls.max_early_data_size = OURS_MAX_EARLY_DATA;
     let setup = ServerSetup {
         config: Some(tls_flush::FlushConfig::default()),
         ..ServerSetup::default()
@@ -1064,6 +1110,14 @@ mod tests {
         let flight = first_flight(&wire, &tls13, at(41));
         assert_eq!(flight.records, 3);
         assert_eq!(flight.client_records, 6);
+        assert_eq!(flight.bytes, (569, 725));
+        // The server's SETTINGS read at 30, before the response: the ACK written at 31 is
+        // not the first flight.
+        let mut acked = wire.clone();
+        acked.reads = vec![at(20), at(30), at(41)];
+        acked.records[6] = record(at(31), APPLICATION_DATA, 725, 26);
+        let flight = first_flight(&acked, &tls13, at(41));
+        assert_eq!((flight.records, flight.client_records), (3, 7));
         assert_eq!(flight.bytes, (569, 725));
         // 0-RTT accepted: the early record counts, EndOfEarlyData and Finished do not.
         let early = WireLog {

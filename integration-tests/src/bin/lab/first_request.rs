@@ -1,12 +1,11 @@
 //! `--workloads first-request` and `--workloads connection-rate`: the runs, their tables
 //! (medians and spreads over the repeats) and their JSON.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 use integration_tests::first_request::{
     connection_rate, connection_rate_tun, run_relay, run_tun, ClientCase, Connection,
-    FirstRequestResult, FirstRequestServer, NotBuiltYet, RateResult,
+    FirstRequestResult, FirstRequestServer, RateResult,
 };
 use integration_tests::BoxError;
 use rand::rngs::StdRng;
@@ -17,16 +16,13 @@ use crate::args::{FirstRequestPlan, LabConfig, LinkMode};
 use crate::report::config_json;
 use crate::stats::Spread;
 
-/// Everything the first-request workloads measured; cases whose client is not built yet
-/// are listed in `not_built` instead of failing the lab.
+/// Everything the first-request workloads measured.
 #[derive(Debug, Default)]
 pub struct FirstRequestRuns {
     /// Every first-request run.
     pub runs: Vec<FirstRequestResult>,
     /// Every connection-rate run.
     pub rates: Vec<RateResult>,
-    /// Client cases that could not run, and why.
-    pub not_built: Vec<(ClientCase, String)>,
 }
 
 /// Runs the plan: every repeat, each (case, server, connection) once in a random order
@@ -37,7 +33,6 @@ pub async fn run(
 ) -> Result<FirstRequestRuns, BoxError> {
     let mut out = FirstRequestRuns::default();
     let mut rng = StdRng::seed_from_u64(config.seed);
-    let mut unavailable = BTreeSet::new();
     let total = config.repeats
         * plan.cases.len()
         * plan.servers.len()
@@ -59,9 +54,6 @@ pub async fn run(
         cells.shuffle(&mut rng);
         for (case, server, connection) in cells {
             done += 1;
-            if unavailable.contains(&case) {
-                continue;
-            }
             eprintln!(
                 "lab: {done}/{total} repeat {}: {case} / {server} / {}",
                 repeat + 1,
@@ -80,11 +72,6 @@ pub async fn run(
                 }),
             };
             if let Err(e) = outcome {
-                if e.to_string().contains(&NotBuiltYet(case).to_string()) {
-                    unavailable.insert(case);
-                    out.not_built.push((case, NotBuiltYet(case).to_string()));
-                    continue;
-                }
                 return Err(format!("repeat {}: {e}", repeat + 1).into());
             }
         }
@@ -321,9 +308,6 @@ pub fn render(config: &LabConfig, plan: &FirstRequestPlan, runs: &FirstRequestRu
             );
         }
     }
-    for (case, why) in &runs.not_built {
-        let _ = writeln!(out, "\nNot run: {case}: {why}.");
-    }
     if !config.skipped.is_empty() {
         let names: Vec<&str> = config.skipped.iter().map(|m| m.kind.name()).collect();
         let _ = writeln!(
@@ -336,7 +320,7 @@ pub fn render(config: &LabConfig, plan: &FirstRequestPlan, runs: &FirstRequestRu
 }
 
 /// The JSON: `{"config", "first_request": [runs], "first_request_summary",
-/// "connection_rate": [runs], "connection_rate_summary", "not_built"}`.
+/// "connection_rate": [runs], "connection_rate_summary"}`.
 pub fn to_json(
     config: &LabConfig,
     plan: &FirstRequestPlan,
@@ -357,8 +341,5 @@ pub fn to_json(
         "first_request_summary": first_request_rows(plan, &runs.runs),
         "connection_rate": runs.rates,
         "connection_rate_summary": rate_rows(plan, &runs.rates),
-        "not_built": runs.not_built.iter().map(|(case, why)| serde_json::json!({
-            "case": case, "reason": why,
-        })).collect::<Vec<_>>(),
     })
 }
