@@ -277,6 +277,99 @@ fn early_data_nginx_rejects_is_delivered_exactly_once() {
     });
 }
 
+/// Rejection by ours: two of our servers share one session cache, the
+/// first accepting early data, the second not; a session of the first, offered to the
+/// second, resumes there and its early data is rejected: the request reaches the second
+/// exactly once (counted by its service), and the first never.
+#[test]
+fn early_data_ours_rejects_is_delivered_exactly_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use integration_tests::first_request::OURS_MAX_EARLY_DATA;
+    use integration_tests::server::{ServerSetup, TestServer};
+
+    /// Ours with `early` bytes of early data, `sessions` shared, counting the requests
+    /// whose target is `path`.
+    async fn start(
+        identity: &examples::tls::Identity,
+        early: u32,
+        sessions: Arc<dyn rustls::server::StoresServerSessions>,
+        path: String,
+    ) -> (TestServer, Arc<AtomicUsize>) {
+        let key = identity.key.clone_key();
+        let chain = identity.chain.clone();
+        let mut tls =
+            examples::tls::server_config(examples::tls::Identity { chain, key }, None).unwrap();
+        tls.max_early_data_size = early;
+        tls.session_storage = sessions;
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = count.clone();
+        let app = tower::util::MapRequest::new(
+            examples::axum_app::router(),
+            move |request: http::Request<hyper::body::Incoming>| {
+                if request.uri().path_and_query().map(|p| p.as_str()) == Some(path.as_str()) {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                }
+                request
+            },
+        );
+        let setup = ServerSetup {
+            config: Some(tls_flush::FlushConfig::default()),
+            ..ServerSetup::default()
+        };
+        let certificate = identity.chain[0].clone();
+        let server = TestServer::start_with_tls(
+            setup,
+            app,
+            "127.0.0.1:0".parse().unwrap(),
+            certificate,
+            tls,
+        )
+        .await
+        .unwrap();
+        (server, count)
+    }
+
+    let _serial = serial();
+    let rt = runtime();
+    let case = ClientCase::Coalesced0Rtt;
+    rt.block_on(async {
+        let identity = examples::tls::self_signed().unwrap();
+        let measured = unique_path("ours-rejected");
+        let sessions: Arc<dyn rustls::server::StoresServerSessions> =
+            rustls::server::ServerSessionMemoryCache::new(256);
+        let (accepting, on_accepting) = start(
+            &identity,
+            OURS_MAX_EARLY_DATA,
+            sessions.clone(),
+            measured.clone(),
+        )
+        .await;
+        let (rejecting, on_rejecting) = start(&identity, 0, sessions, measured.clone()).await;
+        let to_accepting = RelayLink::start(accepting.addr, link()).await.unwrap();
+        let to_rejecting = RelayLink::start(rejecting.addr, link()).await.unwrap();
+        let config = client_config(case, &Trust::Certificate(identity.chain[0].clone())).unwrap();
+        one_connection_to(
+            case,
+            to_accepting.addr(),
+            config.clone(),
+            &unique_path("prime"),
+        )
+        .await
+        .unwrap();
+        tokio::time::sleep(link().rtt).await;
+        let outcome = one_connection_to(case, to_rejecting.addr(), config, &measured)
+            .await
+            .unwrap();
+        assert!(outcome.sent_early_data(), "{:?}", outcome.tls);
+        assert!(outcome.tls.resumed(), "{:?}", outcome.tls);
+        assert!(!outcome.tls.early_data_accepted, "{:?}", outcome.tls);
+        assert_eq!(on_rejecting.load(Ordering::SeqCst), 1);
+        assert_eq!(on_accepting.load(Ordering::SeqCst), 0);
+    });
+}
+
 #[test]
 fn nginx_variants_resume_with_and_without_early_data() {
     let layout = Layout {
