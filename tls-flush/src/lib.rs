@@ -71,7 +71,7 @@ pub use early_data::{
 pub use hpack::bench as hpack_bench;
 #[cfg(feature = "axum")]
 pub use listener::{ConnectionInfo, FlushListener};
-pub use path::{PathState, MIN_PACED_RTT};
+pub use path::{CongestionControl, PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};
 pub use stats::{ConnectionStats, RequestArrival, StatsSnapshot};

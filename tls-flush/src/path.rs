@@ -6,7 +6,8 @@
 //!
 //! - keeps the kernel's unsent bytes to about one record beyond what the congestion window
 //!   lets TCP send now (`(cwnd - unacked) x MSS`);
-//! - once the path's rate is known, keeps the bytes in flight plus the unsent ones near a
+//! - once the path's rate is known and the congestion control is loss-based (cubic: not
+//!   BBR, which does this itself), keeps the bytes in flight plus the unsent ones near a
 //!   small multiple of the bandwidth-delay product (`max delivery rate x min RTT`): twice
 //!   it while the rate is still growing (as BBR's startup does), 1.25 times once it stopped
 //!   growing for three round trips, so a deep bottleneck queue does not fill with less
@@ -64,6 +65,37 @@ impl PathState {
     }
 }
 
+/// The kind of congestion control a socket runs, as far as the write budget cares.
+///
+/// ```
+/// use tls_flush::CongestionControl;
+///
+/// assert_eq!(CongestionControl::from_name(b"bbr"), CongestionControl::ModelBased);
+/// assert_eq!(CongestionControl::from_name(b"cubic\0"), CongestionControl::LossBased);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CongestionControl {
+    /// Grows its window until packets are lost (cubic, reno): it fills a deep bottleneck
+    /// queue, so the budget keeps what is in flight near the bandwidth-delay product.
+    LossBased,
+    /// Paces to a model of the path (BBR): it keeps what is in flight near the
+    /// bandwidth-delay product itself, and a second cap would only slow its startup.
+    ModelBased,
+}
+
+impl CongestionControl {
+    /// From a `TCP_CONGESTION` name (trailing NULs ignored): `bbr`, `bbr2`, `bbr3` are
+    /// model-based, everything else loss-based.
+    pub fn from_name(name: &[u8]) -> Self {
+        let name = name.split(|&b| b == 0).next().unwrap_or_default();
+        if name.starts_with(b"bbr") {
+            CongestionControl::ModelBased
+        } else {
+            CongestionControl::LossBased
+        }
+    }
+}
+
 /// Paths with a shorter minimum RTT are not paced: their queues drain faster than a timer
 /// tick, and a tick would cost more throughput than the queue costs latency.
 pub const MIN_PACED_RTT: Duration = Duration::from_millis(1);
@@ -103,6 +135,8 @@ pub(crate) struct WriteBudget {
     flat_rounds: u8,
     /// Records left before an unpaced path is read again.
     unpaced_records: u32,
+    /// The socket's congestion control, once read; `None` (unknown) counts as loss-based.
+    congestion: Option<CongestionControl>,
 }
 
 impl WriteBudget {
@@ -114,6 +148,17 @@ impl WriteBudget {
         }
         self.unpaced_records -= 1;
         false
+    }
+
+    /// Whether the congestion control still has to be told (see [`Self::set_congestion`]).
+    pub(crate) fn knows_congestion(&self) -> bool {
+        self.congestion.is_some()
+    }
+
+    /// Records the socket's congestion control: with [`CongestionControl::ModelBased`] the
+    /// bytes in flight are not capped.
+    pub(crate) fn set_congestion(&mut self, cc: CongestionControl) {
+        self.congestion = Some(cc);
     }
 
     /// The allowance for the next record: `target` is the record size the writer aims at,
@@ -191,7 +236,7 @@ impl WriteBudget {
 
     /// The cap on bytes in flight plus unsent, once a rate was measured.
     fn cap(&self, s: &PathState) -> Option<usize> {
-        if self.max_rate == 0 {
+        if self.max_rate == 0 || self.congestion == Some(CongestionControl::ModelBased) {
             return None;
         }
         let gain = if self.flat_rounds >= FULL_PIPE_ROUNDS {

@@ -1,4 +1,5 @@
-//! Socket options the standard library and socket2 do not expose, and `TCP_INFO`.
+//! Socket options the standard library and socket2 do not expose, `TCP_INFO`, and the
+//! congestion control's name.
 
 use std::io;
 use tokio::net::TcpStream;
@@ -73,4 +74,17 @@ pub(crate) fn tcp_info(stream: &TcpStream) -> io::Result<crate::PathState> {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 pub(crate) fn tcp_info(_stream: &TcpStream) -> io::Result<crate::PathState> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_INFO"))
+}
+
+/// Reads `TCP_CONGESTION`: the name of the socket's congestion control.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn congestion_control(stream: &TcpStream) -> io::Result<crate::CongestionControl> {
+    let name = socket2::SockRef::from(stream).tcp_congestion()?;
+    Ok(crate::CongestionControl::from_name(&name))
+}
+
+/// Elsewhere the name is not read; the write budget assumes a loss-based control.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn congestion_control(_stream: &TcpStream) -> io::Result<crate::CongestionControl> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_CONGESTION"))
 }

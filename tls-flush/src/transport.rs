@@ -39,6 +39,15 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
             .and_then(|tcp| crate::socket::tcp_info(tcp).ok())
     }
 
+    /// The socket's congestion control (`TCP_CONGESTION`), read once per connection by
+    /// the write budget: a model-based one (BBR) keeps what is in flight near the path's
+    /// bandwidth-delay product itself, so the budget does not cap it a second time.
+    /// `None` when unknown, and then the cap applies.
+    fn congestion_control(&self) -> Option<crate::CongestionControl> {
+        self.tcp_stream()
+            .and_then(|tcp| crate::socket::congestion_control(tcp).ok())
+    }
+
     /// Ready when the socket underneath can take more bytes. The wrapper picks the next
     /// frames only then, so that they are chosen as late as possible.
     fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

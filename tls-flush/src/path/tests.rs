@@ -163,6 +163,34 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
 }
 
 #[test]
+fn a_model_based_congestion_control_is_not_capped_a_second_time() {
+    let rate = 2_500_000;
+    // 90 segments in flight, over twice the 50,000-byte BDP: cubic's window waits ...
+    let over = path(400, 90, 0, rate);
+    let mut cubic = WriteBudget::default();
+    cubic.set_congestion(CongestionControl::LossBased);
+    let a = cubic.allowance(&over, RECORD, RECORD, false, Instant::now());
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // ... BBR's does not: it paces to its own model of the path, and the cap would only
+    // slow its startup (which grows faster than twice per round).
+    let mut bbr = WriteBudget::default();
+    bbr.set_congestion(CongestionControl::ModelBased);
+    assert_eq!(
+        bbr.allowance(&over, RECORD, RECORD, false, Instant::now()),
+        Allowance::Record(RECORD)
+    );
+    // The kernel's share still holds: about one record beyond what the window can send.
+    let a = bbr.allowance(
+        &path(400, 400, 20_000, rate),
+        RECORD,
+        RECORD,
+        false,
+        Instant::now(),
+    );
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+}
+
+#[test]
 fn a_growing_rate_keeps_the_startup_gain() {
     let mut budget = WriteBudget::default();
     let t0 = Instant::now();

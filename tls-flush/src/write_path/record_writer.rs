@@ -28,7 +28,7 @@ use super::chunk::Chunk;
 use super::WritePath;
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
-use crate::path::{Allowance, WriteBudget};
+use crate::path::{Allowance, CongestionControl, WriteBudget};
 use crate::priorities::StreamPriorities;
 use crate::scheduler::QueuedFrame;
 use crate::timer::Timer;
@@ -398,6 +398,12 @@ impl WritePath {
         let Some(state) = io.path_state() else {
             return false;
         };
+        if !self.writer.budget.knows_congestion() {
+            let cc = io
+                .congestion_control()
+                .unwrap_or(CongestionControl::LossBased);
+            self.writer.budget.set_congestion(cc);
+        }
         self.stats.add_tcp_info_read(1);
         // The budget's margin is a full record even while dynamic sizes are still ramping:
         // a smaller one would leave TCP idle between timer ticks. `target` applies the
