@@ -10,8 +10,9 @@
 //!   BBR, which does this itself), keeps the bytes in flight plus the unsent ones near a
 //!   small multiple of the bandwidth-delay product (`max delivery rate x min RTT`): twice
 //!   it while the rate is still growing (as BBR's startup does), 1.25 times once it stopped
-//!   growing for three round trips, so a deep bottleneck queue does not fill with less
-//!   urgent bytes under a loss-based congestion control (cubic fills a 1,000-packet queue);
+//!   growing for three round trips, plus a record and what drains during a timer wait, so
+//!   a deep bottleneck queue does not fill with less urgent bytes under a loss-based
+//!   congestion control (cubic fills a 1,000-packet queue) and a fast path does not idle;
 //! - while the congestion window is small (under four full records), sizes records to what
 //!   the window can send now, at least one segment's payload, so that a record never
 //!   straddles the window's edge (its tail a round trip behind its head).
@@ -114,6 +115,10 @@ const STARTUP_GAIN: u64 = 200;
 const STEADY_GAIN: u64 = 125;
 /// Rounds without the rate growing by a quarter after which the pipe counts as full.
 const FULL_PIPE_ROUNDS: u8 = 3;
+/// How long a wait on the timer may last (a millisecond at least, and the timer's own
+/// millisecond of resolution): the pipe's cap leaves room for what drains meanwhile, or a
+/// fast path would idle during every wait (5 ms, 100 Mbit/s: 0.25 x BDP drains in 1.25 ms).
+const TIMER_SLACK: Duration = Duration::from_millis(2);
 
 /// What the budget allows before the next record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,9 +201,11 @@ impl WriteBudget {
         }
         // The kernel keeps at most about one record beyond what it can send now.
         let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
-        // What is in flight and unsent stays near gain x BDP (plus a record's slack).
+        // What is in flight and unsent stays near gain x BDP (plus a record, and what
+        // drains during a timer wait).
         let pipe = match self.cap(s) {
-            Some(cap) => (cap + target).saturating_sub(s.in_flight_bytes() + notsent),
+            Some(cap) => (cap + target + self.drained_in(TIMER_SLACK))
+                .saturating_sub(s.in_flight_bytes() + notsent),
             None => usize::MAX,
         };
         // Less than a record queued needs room for what is queued only; the record may
@@ -246,6 +253,11 @@ impl WriteBudget {
         };
         let bdp = self.max_rate as u128 * s.min_rtt.as_micros() / 1_000_000;
         Some((bdp * u128::from(gain) / 100).min(usize::MAX as u128) as usize)
+    }
+
+    /// Bytes the path drains in `d` at its measured rate.
+    fn drained_in(&self, d: Duration) -> usize {
+        (self.max_rate as u128 * d.as_micros() / 1_000_000).min(usize::MAX as u128) as usize
     }
 
     /// How long `deficit` bytes take to drain at `rate`, within [1 ms, min RTT]; zero when

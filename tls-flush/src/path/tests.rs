@@ -191,6 +191,33 @@ fn a_model_based_congestion_control_is_not_capped_a_second_time() {
 }
 
 #[test]
+fn a_fast_path_keeps_what_drains_during_a_timer_wait() {
+    // 5 ms, 100 Mbit/s: BDP 62,500 bytes; the rate flat for three rounds (cap 1.25 x BDP).
+    let rate = 12_500_000;
+    let fast = |cwnd, unacked| PathState {
+        min_rtt: Duration::from_millis(5),
+        ..path(cwnd, unacked, 0, rate)
+    };
+    let mut budget = WriteBudget::default();
+    budget.set_congestion(CongestionControl::LossBased);
+    let t0 = Instant::now();
+    for round in 0..=4 {
+        let now = t0 + Duration::from_millis(6 * round);
+        budget.allowance(&fast(400, 10), RECORD, RECORD, false, now);
+    }
+    // 60 segments (86,880 bytes) in flight: over 1.25 x BDP, but a timer wait of up to
+    // 2 ms drains 25,000 bytes, more than the 0.25 x BDP above it; a record still goes.
+    let now = t0 + Duration::from_millis(30);
+    assert_eq!(
+        budget.allowance(&fast(400, 60), RECORD, RECORD, false, now),
+        Allowance::Record(RECORD)
+    );
+    // Past that slack as well: wait.
+    let a = budget.allowance(&fast(400, 80), RECORD, RECORD, false, now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+}
+
+#[test]
 fn a_growing_rate_keeps_the_startup_gain() {
     let mut budget = WriteBudget::default();
     let t0 = Instant::now();
