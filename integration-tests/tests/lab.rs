@@ -221,8 +221,11 @@ fn alone_is_the_floor_and_explain_agrees_with_the_json() {
             assert_eq!(r["background_bytes_before_critical"], 0, "{r}");
             assert_eq!(r["background_bytes_at_critical_request"], 0, "{r}");
             if attributed {
-                // Nothing else to send: the wrapper's queue was empty.
-                assert_eq!(r["server_queued_bytes_at_request"], 0, "{r}");
+                // Nothing else to send: the wrapper's queue held at most the connection's
+                // first flight of control frames (SETTINGS, its ACK, WINDOW_UPDATE), which
+                // waits for the first DATA to share its record; never a response's bytes.
+                let queued = r["server_queued_bytes_at_request"].as_u64().expect("bytes");
+                assert!(queued < 128, "{r}");
             }
         }
     }
