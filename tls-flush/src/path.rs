@@ -219,9 +219,15 @@ impl WriteBudget {
         // measured the handshake), so it never sets the window's wait.
         let window_rate =
             (s.cwnd as u128 * s.mss as u128 * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64;
-        let wait = Self::drain_time(needed.saturating_sub(kernel), window_rate, s).max(
-            Self::drain_time(needed.saturating_sub(pipe), self.max_rate, s),
-        );
+        // While the rate still grows (startup), the newest samples lag the window that is
+        // sending: look again as soon as the window could have freed the room.
+        let pipe_rate = if self.flat_rounds >= FULL_PIPE_ROUNDS {
+            self.max_rate
+        } else {
+            self.max_rate.max(window_rate)
+        };
+        let wait = Self::drain_time(needed.saturating_sub(kernel), window_rate, s)
+            .max(Self::drain_time(needed.saturating_sub(pipe), pipe_rate, s));
         Allowance::Wait(wait)
     }
 

@@ -100,6 +100,28 @@ fn an_early_low_rate_sample_does_not_stretch_the_window_wait() {
 }
 
 #[test]
+fn in_startup_a_lagging_rate_does_not_stretch_the_pipe_wait() {
+    let mut budget = WriteBudget::default();
+    budget.set_congestion(CongestionControl::LossBased);
+    // Second round trip of slow start: the window has grown to 20 segments, but the only
+    // rate sample (50 kB/s) measured the handshake, so the pipe's cap (2 x 1,000 bytes +
+    // a record + the timer's slack) is below what is in flight. Waiting for 50 kB/s to
+    // drain the excess would idle the link for a whole round trip; in startup the wait
+    // follows what the window can free instead.
+    let Allowance::Wait(wait) = budget.allowance(
+        &path(20, 10, 0, 50_000),
+        RECORD,
+        RECORD,
+        false,
+        Instant::now(),
+    ) else {
+        panic!("over the pipe's cap must wait");
+    };
+    // 10,454 bytes over the cap at 20 x 1448 bytes per 20 ms: about 7 ms, not 20.
+    assert!(wait <= Duration::from_millis(8), "{wait:?}");
+}
+
+#[test]
 fn the_kernel_holds_about_one_record_beyond_the_window() {
     let mut budget = WriteBudget::default();
     let now = Instant::now();
