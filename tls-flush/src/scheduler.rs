@@ -211,7 +211,13 @@ pub(crate) struct Scheduler {
     next_seq: u64,
     /// Scratch list for [`StreamPriorities::take_changes`].
     changed: Vec<u32>,
+    /// Emptied stream queues, kept for the next streams (a queue per response otherwise
+    /// costs an allocation and a free per request).
+    spare: Vec<VecDeque<QueuedFrame>>,
 }
+
+/// Emptied stream queues kept for reuse, at most.
+const SPARE_QUEUES: usize = 16;
 
 impl Scheduler {
     pub(crate) fn new(ordering: Ordering) -> Self {
@@ -227,6 +233,7 @@ impl Scheduler {
             queued_units: 0,
             next_seq: 0,
             changed: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -291,8 +298,9 @@ impl Scheduler {
             epoch.header_order.push_back((seq, id));
         }
         let is_data = unit.is_data();
+        let spare = &mut self.spare;
         let q = epoch.streams.entry(id).or_insert_with(|| StreamQueue {
-            frames: VecDeque::new(),
+            frames: spare.pop().unwrap_or_default(),
             priority: priorities.effective(id),
             data_units: 0,
             head: Head::None,
@@ -423,7 +431,13 @@ impl Scheduler {
         }
         if q.frames.is_empty() {
             epoch.unindex(chosen);
-            epoch.streams.remove(&chosen);
+            if let Some(drained) = epoch.streams.remove(&chosen) {
+                // Kept only while small: a queue that once held many frames gives its
+                // memory back.
+                if self.spare.len() < SPARE_QUEUES && drained.frames.capacity() <= 16 {
+                    self.spare.push(drained.frames);
+                }
+            }
         } else {
             epoch.reindex(chosen);
         }
