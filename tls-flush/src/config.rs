@@ -133,7 +133,7 @@ impl Default for UrgentCut {
 ///
 /// | structure | bound |
 /// |---|---|
-/// | write queue (h2's frames not yet handed to TLS) | [`hard_limit`](Self::hard_limit) (default 1 MiB), counting 128 bytes per queued frame besides its wire bytes, so at most `hard_limit / 128` frames; plus one response header block (the application's own) |
+/// | write queue (h2's frames not yet handed to TLS) | [`queue_limit`](Self::queue_limit): the [`hard_limit`](Self::hard_limit) (default 1 MiB), plus 64.5 KiB while DATA is held for an urgent response, counting 128 bytes per queued frame besides its wire bytes, so at most `queue_limit / 128` frames; plus one response header block (the application's own) |
 /// | a DATA frame larger than the hard limit and than 1 MiB (a client may allow frames of up to 16 MiB) | never held whole: written through in 16 KiB pieces once the queue before it is empty |
 /// | request header block being reassembled | 64 KiB (larger: priority tracking stops for the connection) |
 /// | HPACK dynamic tables mirrored (one per direction) | 64 KiB each (larger size updates stop tracking) |
@@ -245,6 +245,30 @@ impl FlushConfig {
     pub fn hard_limit(mut self, bytes: usize) -> Self {
         self.hard_limit = bytes.max(self.soft_limit);
         self
+    }
+
+    /// The most the write queue takes in, counting 128 bytes per frame besides its wire
+    /// bytes: the [hard limit](Self::hard_limit), and with [anticipation](Self::anticipate)
+    /// on, four 16 KiB frames more, taken only while DATA is held for an urgent response
+    /// (h2 writes one frame at a time: refusing the frame ahead of the urgent response
+    /// would block that response until the hold's bound). A header block already begun
+    /// may come on top.
+    ///
+    /// ```
+    /// use tls_flush::{FlushConfig, Policy};
+    ///
+    /// let in_order = FlushConfig::for_policy(Policy::EarlyFlush).hard_limit(1 << 20);
+    /// assert_eq!(in_order.queue_limit(), 1 << 20);
+    /// let scheduled = FlushConfig::for_policy(Policy::Scheduled).hard_limit(1 << 20);
+    /// assert!(scheduled.queue_limit() > 1 << 20);
+    /// assert_eq!(scheduled.anticipate(None).queue_limit(), 1 << 20);
+    /// ```
+    #[must_use]
+    pub fn queue_limit(&self) -> usize {
+        match (self.reorder, self.anticipate) {
+            (true, Some(_)) => self.hard_limit + crate::write_path::HOLD_OVERSHOOT,
+            _ => self.hard_limit,
+        }
     }
 
     /// Ends a record right after a DATA frame of urgency `<= max_urgency` whose payload is

@@ -186,7 +186,7 @@ impl WritePath {
         if header.kind == frame::CONTINUATION && self.open_block.is_some() {
             return true;
         }
-        if queued + cost > config.hard_limit {
+        if queued + cost > config.hard_limit + self.hold_overshoot() {
             return false;
         }
         // Past the soft limit, up to the hard limit, what would be sent ahead of the queue
@@ -215,6 +215,16 @@ impl WritePath {
                 .scheduler
                 .most_urgent_queued(priorities)
                 .is_some_and(|most| most < urgency)
+    }
+
+    /// How far past the hard limit a frame may be taken: [`HOLD_OVERSHOOT`] while DATA is
+    /// held for an urgent response (whose own frames must get in too), else nothing.
+    fn hold_overshoot(&self) -> usize {
+        if self.writer.is_holding_for_urgent() {
+            HOLD_OVERSHOOT
+        } else {
+            0
+        }
     }
 
     /// Appends SETTINGS_NO_RFC7540_PRIORITIES = 1 to h2's first SETTINGS frame (RFC 9218 §2.1),
@@ -309,6 +319,13 @@ impl WritePath {
         self.scheduler.push(unit_header, unit, priorities);
     }
 }
+
+/// How far past the hard limit frames are still taken while DATA is held for an urgent
+/// response: four 16 KiB frames. h2 writes one frame at a time, and the urgent response
+/// it has to hand over is behind at most one frame of each stream it round-robins; a
+/// refused frame would block h2 until the hold's bound, holding the urgent response back
+/// with it.
+pub(crate) const HOLD_OVERSHOOT: usize = 4 * (16384 + frame::HEADER_LEN + UNIT_OVERHEAD);
 
 /// Frames up to this size are held whole even when the hard limit is set lower.
 const STREAMED_ABOVE: usize = 1024 * 1024;

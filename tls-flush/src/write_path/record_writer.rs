@@ -9,6 +9,8 @@
 //! - a short record of bulk DATA waits at most one turn of the task scheduler for the next
 //!   frame (cork), and only when the caller flushes ([`Drive::Flush`]);
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
+//!   meanwhile the queue takes DATA a little past the hard limit, so that h2 is not blocked
+//!   on a frame ahead of the urgent response (see [`super::HOLD_OVERSHOOT`]);
 //!   [`Drive::Drain`] holds nothing;
 //! - a record starts only within the write budget ([`crate::path`]): bulk DATA waits on a
 //!   timer while TCP still holds enough, and the record is no longer than a small
@@ -151,6 +153,11 @@ impl RecordWriter {
         self.hold_until.is_some()
             || self.paced_until.is_some()
             || matches!(self.first_flight, FirstFlight::Waiting(_))
+    }
+
+    /// True while less urgent DATA is held for an urgent response.
+    pub(super) fn is_holding_for_urgent(&self) -> bool {
+        self.hold_until.is_some()
     }
 
     fn seal(&mut self, cut: bool) {

@@ -351,7 +351,8 @@ pub fn unfinished_block_at_end(frames: &[Frame], whole: usize, tail_header: bool
 /// What the counters of a complete run are checked against.
 #[derive(Clone, Copy, Debug)]
 pub struct CounterBounds {
-    /// The configured hard limit.
+    /// The configured queue limit (`FlushConfig::queue_limit`: the hard limit, plus what
+    /// an anticipation hold may take past it).
     pub hard_limit: usize,
     /// The payload of a full TLS record.
     pub record_payload: usize,

@@ -111,7 +111,7 @@ impl Knobs {
     /// end a record early, `residual` bytes stay queued.
     pub fn counter_bounds(&self, residual: u64) -> CounterBounds {
         CounterBounds {
-            hard_limit: self.hard_limit(),
+            hard_limit: self.config().queue_limit(),
             record_payload: self.record_payload(),
             reorders: self.reorders(),
             urgent_cut: self.has_urgent_cut(),
