@@ -250,9 +250,10 @@ impl FlushConfig {
     /// The most the write queue takes in, counting 128 bytes per frame besides its wire
     /// bytes: the [hard limit](Self::hard_limit), and with [anticipation](Self::anticipate)
     /// on, four 16 KiB frames more, taken only while DATA is held for an urgent response
-    /// (h2 writes one frame at a time: refusing the frame ahead of the urgent response
-    /// would block that response until the hold's bound). A header block already begun
-    /// may come on top.
+    /// and after h2 was refused a frame and paused for half a millisecond (h2 writes one
+    /// frame at a time with its stream state locked: refusing the frame ahead of the
+    /// urgent response would block that response until the hold's bound). A header block
+    /// already begun may come on top.
     ///
     /// ```
     /// use tls_flush::{FlushConfig, Policy};

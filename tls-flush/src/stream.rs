@@ -143,6 +143,7 @@ impl<T: Transport> FlushStream<T> {
                     break;
                 }
             }
+            self.write.poll_overshoot_pause(cx);
             let queued_after_absorb = self.write.queued_bytes();
             // Push out whatever full records are ready; a Pending here is fine, the
             // transport will wake us.

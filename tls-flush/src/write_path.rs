@@ -1,6 +1,10 @@
 //! The write path for HTTP/2: absorb h2's frames, learn what the server pinned, queue,
 //! schedule, and hand the transport one record-sized write at a time.
 
+use std::future::Future;
+use std::task::Context;
+use std::time::{Duration, Instant};
+
 use bytes::{Bytes, BytesMut};
 use tower_priority::PriorityParams;
 
@@ -37,9 +41,28 @@ pub(crate) struct WritePath {
     decoder: PassiveDecoder,
     scheduler: Scheduler,
     settings_sent: bool,
+    overshoot: Overshoot,
     writer: RecordWriter,
     stats: ConnectionStats,
 }
+
+/// The queue's room past the hard limit while DATA is held for an urgent response (see
+/// [`HOLD_OVERSHOOT`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Overshoot {
+    /// The hard limit applies.
+    Closed,
+    /// h2 was refused a frame past the hard limit while DATA was held; from this instant on
+    /// it is let in. The pause gives the urgent response's task its turn: h2 locks its
+    /// stream state while it writes, and is blocked only once a frame is refused.
+    Pausing(Instant),
+    /// Frames are taken up to [`HOLD_OVERSHOOT`] past the hard limit.
+    Open,
+}
+
+/// How long h2 is paused on a refused frame before the overshoot lets it in: long enough
+/// for a task blocked on h2's lock to take it, short against the hold.
+const OVERSHOOT_PAUSE: Duration = Duration::from_micros(500);
 
 impl WritePath {
     pub(crate) fn new(config: &FlushConfig, stats: ConnectionStats) -> Self {
@@ -56,6 +79,7 @@ impl WritePath {
             decoder: PassiveDecoder::new("response", stats.clone()),
             scheduler: Scheduler::new(ordering),
             settings_sent: false,
+            overshoot: Overshoot::Closed,
             writer: RecordWriter::default(),
             stats,
         }
@@ -187,6 +211,9 @@ impl WritePath {
             return true;
         }
         if queued + cost > config.hard_limit + self.hold_overshoot() {
+            if self.overshoot == Overshoot::Closed && self.writer.is_holding_for_urgent() {
+                self.overshoot = Overshoot::Pausing(Instant::now() + OVERSHOOT_PAUSE);
+            }
             return false;
         }
         // Past the soft limit, up to the hard limit, what would be sent ahead of the queue
@@ -218,12 +245,31 @@ impl WritePath {
     }
 
     /// How far past the hard limit a frame may be taken: [`HOLD_OVERSHOOT`] while DATA is
-    /// held for an urgent response (whose own frames must get in too), else nothing.
-    fn hold_overshoot(&self) -> usize {
-        if self.writer.is_holding_for_urgent() {
-            HOLD_OVERSHOOT
-        } else {
-            0
+    /// held for an urgent response (whose own frames must get in too) and h2 was paused on
+    /// a refused frame, else nothing.
+    fn hold_overshoot(&mut self) -> usize {
+        if !self.writer.is_holding_for_urgent() {
+            self.overshoot = Overshoot::Closed;
+            return 0;
+        }
+        match self.overshoot {
+            Overshoot::Pausing(until) if Instant::now() >= until => {
+                self.overshoot = Overshoot::Open;
+                HOLD_OVERSHOOT
+            }
+            Overshoot::Open => HOLD_OVERSHOOT,
+            _ => 0,
+        }
+    }
+
+    /// While h2 is paused on a refused frame (see [`Overshoot::Pausing`]): has the task
+    /// polled again after the runtime's other tasks (a timer would oversleep the pause by
+    /// up to a millisecond or two, a good part of the hold), so that h2 offers the frame
+    /// again.
+    pub(crate) fn poll_overshoot_pause(&mut self, cx: &mut Context<'_>) {
+        if let Overshoot::Pausing(_) = self.overshoot {
+            let mut turn = std::pin::pin!(tokio::task::yield_now());
+            let _ = turn.as_mut().poll(cx);
         }
     }
 
@@ -321,10 +367,11 @@ impl WritePath {
 }
 
 /// How far past the hard limit frames are still taken while DATA is held for an urgent
-/// response: four 16 KiB frames. h2 writes one frame at a time, and the urgent response
-/// it has to hand over is behind at most one frame of each stream it round-robins; a
-/// refused frame would block h2 until the hold's bound, holding the urgent response back
-/// with it.
+/// response, once h2 was refused one and paused: four 16 KiB frames. h2 writes one frame
+/// at a time with its stream state locked, so the urgent response can join h2's queue only
+/// once h2 is blocked, and then behind the refused frame and at most one frame of each
+/// stream h2 round-robins; refusing those would block h2 until the hold's bound, holding
+/// the urgent response back with it.
 pub(crate) const HOLD_OVERSHOOT: usize = 4 * (16384 + frame::HEADER_LEN + UNIT_OVERHEAD);
 
 /// Frames up to this size are held whole even when the hard limit is set lower.

@@ -850,10 +850,12 @@ fn the_first_flight_shares_one_record_with_the_first_data() {
 }
 
 /// Anticipation does not block h2 on the frame before the urgent response: while DATA is
-/// held for an urgent response, the queue takes DATA up to four 16 KiB frames past the
-/// hard limit (h2 writes one frame at a time, and the urgent response it has yet to hand
-/// over is behind at most a frame of each stream it round-robins), and nothing held leaves
-/// before the urgent response. Past that the limit holds.
+/// held for an urgent response, a frame refused at the hard limit is taken after a short
+/// pause, and so are frames up to four 16 KiB frames past the limit (h2 writes one frame
+/// at a time with its stream state locked, so the urgent response joins h2's queue only
+/// once h2 is blocked, behind the refused frame and at most a frame of each stream it
+/// round-robins); nothing held leaves before the urgent response. Past that, and without
+/// a hold, the limit holds.
 ///
 /// Regression: on the relay link a hold (5 ms) filled the queue to the hard limit with
 /// background DATA; h2, blocked on the next background frame, could not hand over the

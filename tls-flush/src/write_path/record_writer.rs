@@ -9,8 +9,9 @@
 //! - a short record of bulk DATA waits at most one turn of the task scheduler for the next
 //!   frame (cork), and only when the caller flushes ([`Drive::Flush`]);
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
-//!   meanwhile the queue takes DATA a little past the hard limit, so that h2 is not blocked
-//!   on a frame ahead of the urgent response (see [`super::HOLD_OVERSHOOT`]);
+//!   meanwhile, once h2 was refused a frame and paused, the queue takes a few frames past
+//!   the hard limit, so that h2 is not blocked on a frame ahead of the urgent response (see
+//!   [`super::HOLD_OVERSHOOT`]);
 //!   [`Drive::Drain`] holds nothing;
 //! - a record starts only within the write budget ([`crate::path`]): bulk DATA waits on a
 //!   timer while TCP still holds enough, and the record is no longer than a small
