@@ -138,6 +138,10 @@ impl WritePath {
                         break;
                     }
                     taken += n;
+                    if matches!(self.overshoot, Overshoot::Pausing(_)) {
+                        // h2 is no longer blocked: the pause is over.
+                        self.overshoot = Overshoot::Closed;
+                    }
                     if is_streamed(&header, config) {
                         self.assembler.admit_streaming();
                     } else {
@@ -267,6 +271,9 @@ impl WritePath {
     /// up to a millisecond or two, a good part of the hold), so that h2 offers the frame
     /// again.
     pub(crate) fn poll_overshoot_pause(&mut self, cx: &mut Context<'_>) {
+        if !self.writer.is_holding_for_urgent() {
+            self.overshoot = Overshoot::Closed;
+        }
         if let Overshoot::Pausing(_) = self.overshoot {
             let mut turn = std::pin::pin!(tokio::task::yield_now());
             let _ = turn.as_mut().poll(cx);
