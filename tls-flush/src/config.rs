@@ -282,9 +282,11 @@ impl FlushConfig {
         self
     }
 
-    /// Lets a short record of bulk DATA wait one turn of the task scheduler on flush for
-    /// h2's next frame, so that records stay full (default on). Urgent frames, control
-    /// frames, header blocks and the end of a stream never wait.
+    /// Lets a short record wait one turn of the task scheduler on flush for h2's next
+    /// frames (default on): records stay full, and small responses finishing together
+    /// share a record and a system call. A record holding a frame of a stream as urgent
+    /// as the [urgent cut](Self::urgent_cut) never waits, nor does one cut after an urgent
+    /// frame.
     pub fn cork(mut self, on: bool) -> Self {
         self.cork = on;
         self

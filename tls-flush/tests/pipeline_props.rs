@@ -23,7 +23,7 @@
 //! and `poll_shutdown` until it is ready. The recorded output is then checked frame by frame.
 //!
 //! In HTTP/2 mode `poll_flush` returns `Ready` even while the transport is `Pending` (the
-//! frames stay queued in the wrapper) and may hold a short record of bulk DATA for one turn
+//! frames stay queued in the wrapper) and may hold a short record for one turn
 //! (`FlushConfig::cork`), so a single flush promises nothing about the output. The tests
 //! only rely on: a flush that returns `Ready` *without* asking to be polled again has
 //! delivered every complete frame it holds; `poll_shutdown` delivers everything.
@@ -572,7 +572,9 @@ fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     let input = encode_all(&input_frames);
     let knobs = setup.knobs();
     let mut h = Harness::new(knobs.config(), Wire::open(scn.buffering, client_bytes(scn)));
-    h.read(scn.read_first)?;
+    // Every request is read first, so that a response's pinned urgency applies from its
+    // HEADERS on (the wrapper tracks streams whose request it has seen).
+    h.read_all_client()?;
     let mut pos = 0;
     let mut calls = 0usize;
     let mut held_turns = 0;
@@ -584,7 +586,7 @@ fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
             continue;
         }
         let complete = &input_frames[..complete_frames(&input_frames, pos)];
-        held_turns += flush_and_check(&mut h, setup, complete, pos)?;
+        held_turns += flush_and_check(&mut h, setup, complete, pos, &pinned_urgent(scn))?;
     }
     h.shutdown()?;
     let out = parse_frames(&h.output())?;
@@ -595,14 +597,25 @@ fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     Ok(())
 }
 
+/// The streams whose response pins `u=0`: every unit of theirs is urgent from their
+/// HEADERS on, whatever the client signalled.
+fn pinned_urgent(scn: &Scenario) -> Vec<u32> {
+    (scn.streams.iter().enumerate())
+        .filter(|(_, spec)| spec.response_priority == Some("u=0"))
+        .map(|(i, _)| stream_id(i))
+        .collect()
+}
+
 /// One of h2's flushes after `pos` bytes were taken (`complete`: the frames the wrapper
 /// took completely) and, when it held a record back, the flush of the next turn; checks
-/// what each delivered. Returns how many turns held a record (0 or 1).
+/// what each delivered. Returns how many turns held a record (0 or 1). `urgent`: streams
+/// whose frames must never wait.
 fn flush_and_check(
     h: &mut Harness,
     setup: Setup,
     complete: &[Frame],
     pos: usize,
+    urgent: &[u32],
 ) -> Result<usize, String> {
     let want: usize = complete.iter().map(Frame::wire_len).sum();
     for turn in 0..2 {
@@ -650,10 +663,7 @@ fn flush_and_check(
             std::thread::sleep(FIRST_FLIGHT_WAIT);
             return flush_and_check_once(h, complete).map(|()| 1);
         }
-        if let Some(f) = held
-            .iter()
-            .find(|f| !f.is_data() || f.flags & END_STREAM != 0)
-        {
+        if let Some(f) = held.iter().find(|f| urgent.contains(&f.stream())) {
             return Err(format!(
                 "{what}: the held record has {f:?}, which must never wait (held: {held:?})"
             ));
@@ -756,8 +766,8 @@ proptest! {
     /// With `FlushConfig::cork(false)` and an always-writable transport, each flush h2 makes
     /// puts every frame the wrapper took completely on the socket. (Anticipation, which
     /// holds DATA for a few ms on its own terms, is off.) With the default cork, a flush
-    /// holds back at most one short record of bulk DATA, wakes the task, and the next flush
-    /// sends it.
+    /// holds back at most one short record, never one with a frame of a stream pinned to
+    /// `u=0`, wakes the task, and the next flush sends it.
     #[test]
     fn each_flush_delivers_every_complete_frame_but_at_most_one_corked_record(
         scn in scenario(),

@@ -6,8 +6,9 @@
 //!   record that ends right after an urgent frame is flushed before anything else;
 //! - the next unit is chosen only when the socket can take bytes (late binding), so a
 //!   frame arriving meanwhile still competes;
-//! - a short record of bulk DATA waits at most one turn of the task scheduler for the next
-//!   frame (cork), and only when the caller flushes ([`Drive::Flush`]);
+//! - a short record waits at most one turn of the task scheduler for the next frame
+//!   (cork), only when the caller flushes ([`Drive::Flush`]), and never when it holds a
+//!   unit of an urgent stream;
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
 //!   meanwhile, once h2 was refused a frame and paused, the queue takes a few frames past
 //!   the hard limit, so that h2 is not blocked on a frame ahead of the urgent response (see
@@ -58,8 +59,8 @@ enum FirstFlight {
 pub(crate) enum Drive {
     /// Write full records; a short one waits for more frames (h2 is writing).
     Write,
-    /// Write everything complete and flush the transport; a short record of bulk DATA may
-    /// wait one turn for the next frame (h2 flushes after each batch of writes).
+    /// Write everything complete and flush the transport; a short record without urgent
+    /// bytes may wait one turn for the next frame (h2 flushes after each batch of writes).
     Flush,
     /// Like `Flush`, without waiting: h2 is blocked on the wrapper, so nothing else will
     /// fill the short record.
@@ -77,10 +78,9 @@ impl Drive {
 /// Where the record being built or written stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Collecting units into the chunk. `bulk_only`: every byte in it is bulk DATA of a
-    /// stream that goes on, so the chunk may wait a moment for the next frame; `waited`: it
-    /// already did, once.
-    Building { bulk_only: bool, waited: bool },
+    /// Collecting units into the chunk. `urgent`: it holds a unit of an urgent stream, so
+    /// it never waits for the next frame; `waited`: it already did, once.
+    Building { urgent: bool, waited: bool },
     /// The chunk is complete; `written` bytes of it are with the transport. `cut`: it ends
     /// right after an urgent frame, so the transport is flushed once it is written.
     Writing { written: usize, cut: bool },
@@ -95,8 +95,8 @@ pub(super) struct RecordWriter {
     state: State,
     /// Less urgent DATA is held until then for an urgent response about to be written.
     hold_until: Option<Instant>,
-    /// The unit whose bytes are being copied into chunks, how far, and whether it is bulk.
-    pub(super) current: Option<(QueuedFrame, usize, bool)>,
+    /// The unit whose bytes are being copied into chunks, how far, and what it is.
+    pub(super) current: Option<(QueuedFrame, usize, UnitClass)>,
     /// The chunk holds bulk DATA bytes.
     holds_bulk: bool,
     sent_since_idle: u64,
@@ -114,10 +114,7 @@ impl Default for RecordWriter {
     fn default() -> Self {
         RecordWriter {
             chunk: Chunk::default(),
-            state: State::Building {
-                bulk_only: true,
-                waited: false,
-            },
+            state: RecordWriter::fresh(),
             hold_until: None,
             current: None,
             holds_bulk: false,
@@ -182,10 +179,22 @@ impl RecordWriter {
 
     fn fresh() -> State {
         State::Building {
-            bulk_only: true,
+            urgent: false,
             waited: false,
         }
     }
+}
+
+/// What a queued unit is to the record writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum UnitClass {
+    /// DATA of a stream that goes on, less urgent than the [urgent cut](FlushConfig::urgent_cut):
+    /// what the write budget may hold back.
+    Bulk,
+    /// Any unit of a stream as urgent as the urgent cut: its record never waits.
+    Urgent,
+    /// Control frames, header blocks and the last DATA of less urgent streams.
+    Other,
 }
 
 /// What filling the chunk ended on.
@@ -333,17 +342,18 @@ impl WritePath {
         if self.first_flight_waits(cx, config, mode) {
             return Some(Poll::Ready(Ok(())));
         }
-        // Bulk bytes of a stream that goes on wait one turn of the task scheduler: the
-        // response bodies' tasks usually hand h2 the next frame in that time, and records
-        // stay full. Bounded: one turn per record.
+        // A record without urgent bytes waits one turn of the task scheduler: the tasks of
+        // other responses usually hand h2 their frames in that time, so records stay full
+        // and several small responses share one record and one system call. Bounded: one
+        // turn per record.
         if let State::Building {
-            bulk_only: true,
+            urgent: false,
             waited: false,
         } = self.writer.state
         {
             if mode == Drive::Flush && config.pack_records && config.cork {
                 self.writer.state = State::Building {
-                    bulk_only: true,
+                    urgent: false,
                     waited: true,
                 };
                 cx.waker().wake_by_ref();
@@ -374,6 +384,13 @@ impl WritePath {
         };
         if w.pace_timer.poll_until(cx, until).is_ready() {
             w.first_flight = FirstFlight::Over;
+            // It waited already: no cork on top.
+            if let State::Building { urgent, .. } = w.state {
+                w.state = State::Building {
+                    urgent,
+                    waited: true,
+                };
+            }
             return false;
         }
         w.first_flight = FirstFlight::Waiting(until);
@@ -460,8 +477,8 @@ impl WritePath {
 
     /// True when the next unit is bulk DATA (what the write budget may make wait).
     fn next_is_bulk(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
-        if let Some((_, _, bulk)) = &self.writer.current {
-            return *bulk;
+        if let Some((_, _, class)) = &self.writer.current {
+            return *class == UnitClass::Bulk;
         }
         self.scheduler
             .next_data_urgency(priorities)
@@ -480,7 +497,7 @@ impl WritePath {
         }
         let target = self.target(config);
         while self.writer.chunk.len() < target {
-            let (frame, at, bulk) = match self.writer.current.take() {
+            let (frame, at, class) = match self.writer.current.take() {
                 Some(current) => current,
                 None => {
                     // Unpacked: one frame per write, as h2 wrote them.
@@ -508,17 +525,17 @@ impl WritePath {
                 self.writer.first_flight = FirstFlight::Over;
             }
             let w = &mut self.writer;
-            w.holds_bulk |= bulk;
-            if let State::Building { bulk_only, waited } = w.state {
+            w.holds_bulk |= class == UnitClass::Bulk;
+            if let State::Building { urgent, waited } = w.state {
                 w.state = State::Building {
-                    bulk_only: bulk_only && bulk,
+                    urgent: urgent || class == UnitClass::Urgent,
                     waited,
                 };
             }
             let n = (target - w.chunk.len()).min(frame.bytes.len() - at);
             w.chunk.push(frame.bytes.slice(at..at + n));
             if at + n < frame.bytes.len() {
-                w.current = Some((frame, at + n, bulk));
+                w.current = Some((frame, at + n, class));
                 return Filled::AsFarAsPossible;
             }
             let urgent = self.ends_record(config, priorities, &frame);
@@ -571,23 +588,29 @@ impl WritePath {
         self.writer.hold_until.is_some()
     }
 
-    /// Pops the next unit: the unit, from its first byte, and whether it is bulk DATA.
+    /// Pops the next unit: the unit, from its first byte, and what it is.
     fn next_unit(
         &mut self,
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
-    ) -> Option<(QueuedFrame, usize, bool)> {
+    ) -> Option<(QueuedFrame, usize, UnitClass)> {
         let (frame, popped) = self.scheduler.pop(priorities)?;
         if popped.overtook {
             self.stats.add_reordered(1);
         }
-        let urgency = priorities.effective(frame.header.stream_id).urgency;
-        let bulk = frame.is_data()
-            && !frame.ends_stream
+        let stream = frame.header.stream_id;
+        let urgent = stream != 0
             && config
                 .urgent_cut
-                .is_none_or(|cut| urgency > cut.max_urgency);
-        Some((frame, 0, bulk))
+                .is_some_and(|cut| priorities.effective(stream).urgency <= cut.max_urgency);
+        let class = if urgent {
+            UnitClass::Urgent
+        } else if frame.is_data() && !frame.ends_stream {
+            UnitClass::Bulk
+        } else {
+            UnitClass::Other
+        };
+        Some((frame, 0, class))
     }
 
     /// True when the record must end right after `frame`: an urgent small DATA frame, or an

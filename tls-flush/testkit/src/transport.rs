@@ -65,7 +65,8 @@ pub struct ReadPlan {
 pub enum Event {
     /// `accepted[from..to]` was taken by one `poll_write`.
     Write { from: usize, to: usize },
-    /// A `poll_flush` returned `Ready` with `accepted[..flushed]` on the socket.
+    /// A `poll_flush` returned `Ready` with `accepted[..flushed]` on the socket (one with
+    /// nothing written since the last flush is not recorded).
     Flush { flushed: usize },
 }
 
@@ -308,10 +309,16 @@ impl Wire {
                 return Poll::Pending;
             }
         }
-        if self.record_events {
-            self.events.push(Event::Flush {
-                flushed: self.flushed,
-            });
+        let event = Event::Flush {
+            flushed: self.flushed,
+        };
+        // A flush with nothing written since the last one (or since the start) tells nothing.
+        let vacuous = match self.events.last() {
+            None => self.flushed == 0,
+            Some(last) => *last == event,
+        };
+        if self.record_events && !vacuous {
+            self.events.push(event);
         }
         Poll::Ready(Ok(()))
     }
