@@ -344,7 +344,7 @@ impl FlushConfig {
     /// send now, the bytes in flight stay near the path's bandwidth-delay product, and
     /// records fit a small congestion window. Paths with a minimum RTT under
     /// [`MIN_PACED_RTT`](crate::MIN_PACED_RTT) and transports without `TCP_INFO` are not
-    /// limited.
+    /// limited; on the former a write holds up to four full records.
     pub fn write_budget(mut self, on: bool) -> Self {
         self.write_budget = on;
         self

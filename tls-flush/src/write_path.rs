@@ -1,5 +1,6 @@
 //! The write path for HTTP/2: absorb h2's frames, learn what the server pinned, queue,
-//! schedule, and hand the transport one record-sized write at a time.
+//! schedule, and hand the transport one write of a record (several on an unpaced path) at
+//! a time.
 
 use std::future::Future;
 use std::task::Context;

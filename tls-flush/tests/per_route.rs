@@ -3,10 +3,10 @@
 //! `priority` response header; the wrapper reads it back from h2's header blocks.
 //!
 //! The server is a hand-written hyper-util loop over `FlushStream<Tap<TlsStream>>`: `Tap`
-//! sits where rustls takes the wrapper's writes, logs each write (one TLS record: every write
-//! here is at most 16 KiB, and rustls never merges two writes into one record) and takes one
-//! write every 2 ms, a slow link that keeps the 1 MiB `u=7` download queued in the wrapper
-//! while the small responses are requested.
+//! sits where rustls takes the wrapper's writes, logs the records of each write (rustls cuts
+//! a write into records of 16 KiB and never merges two writes into one record) and takes
+//! one write every 2 ms, a slow link that keeps the 1 MiB `u=7` download queued in the
+//! wrapper while the small responses are requested.
 
 mod serve_support;
 
@@ -35,8 +35,8 @@ use tower_priority::PriorityLayer;
 const SMALL: usize = 4096;
 const PACE: Duration = Duration::from_millis(2);
 
-/// The TLS stream, logging the plaintext of each write (one record each) and taking at
-/// most one write per [`PACE`].
+/// The TLS stream, logging the plaintext of each write as rustls cuts it into records, and
+/// taking at most one write per [`PACE`].
 struct Tap {
     tls: TlsStream<TcpStream>,
     records: Arc<Mutex<Vec<Vec<u8>>>>,
@@ -73,13 +73,13 @@ impl AsyncWrite for Tap {
             this.pause = None;
         }
         let n = std::task::ready!(Pin::new(&mut this.tls).poll_write_vectored(cx, bufs))?;
-        assert!(n <= 16384, "a write of {n} bytes is more than one record");
-        let record: Vec<u8> = bufs
+        let written: Vec<u8> = bufs
             .iter()
             .flat_map(|b| b.iter().copied())
             .take(n)
             .collect();
-        this.records.lock().unwrap().push(record);
+        let mut log = this.records.lock().unwrap();
+        log.extend(written.chunks(16384).map(<[u8]>::to_vec));
         this.pause = Some(Box::pin(tokio::time::sleep(PACE)));
         Poll::Ready(Ok(n))
     }

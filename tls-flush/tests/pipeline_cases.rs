@@ -16,8 +16,8 @@ use tls_flush::{FlushConfig, Policy, StatsSnapshot};
 use tls_flush_testkit::{
     check_control_not_overtaken, check_header_blocks, check_in_order, check_settings_barriers,
     client_with_requests, data, encode_all, header_block, match_frames, parse_frames,
-    response_block, settings_frame, Buffering, Event, Frame, Harness, Step, Wire, ACK, DATA,
-    END_HEADERS, HEADERS, HEADER_LEN, MAX_RECORD, PING, WINDOW_UPDATE,
+    response_block, settings_frame, Buffering, Event, Frame, Harness, SimulatedPath, Step, Wire,
+    ACK, DATA, END_HEADERS, HEADERS, HEADER_LEN, MAX_RECORD, PING, WINDOW_UPDATE,
 };
 use tokio::io::AsyncWrite;
 
@@ -918,4 +918,40 @@ fn a_hold_takes_a_few_frames_past_the_hard_limit_so_h2_is_not_blocked() {
     }
     assert!(taken < bulk.len(), "{taken} frames taken");
     assert!(h.stats().queued_memory_high_water <= hard as u64);
+}
+
+/// Bulk DATA on a path the write budget does not pace (loopback, a LAN: minimum RTT under a
+/// millisecond) leaves in writes of four full records, one system call for four; on a
+/// paced path, even with a wide window, every write is one record.
+#[test]
+fn an_unpaced_path_takes_writes_of_four_records() {
+    let path = |min_rtt| SimulatedPath {
+        cwnd: 10_000,
+        mss: 65_483,
+        min_rtt,
+        delivery_rate: 0,
+        acked_per_read: 1 << 30,
+    };
+    for (min_rtt, want) in [
+        (Duration::from_micros(30), 4 * MAX_RECORD),
+        (Duration::from_millis(20), MAX_RECORD),
+    ] {
+        let mut w = Wire::open(Buffering::Off, client_with_requests(&[(1, Some("u=3"))]));
+        w.path = Some(path(min_rtt));
+        w.record_events = true;
+        let mut h = started(preset(Policy::Scheduled), w);
+        let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+        input.extend((0..12).map(|i| data(1, i, 16384, i == 11)));
+        h.write_all(&encode_all(&input)).unwrap();
+        let (_, perm) = delivered(&mut h, &input);
+        assert_eq!(perm.len(), input.len());
+        let w = h.wire.borrow();
+        let largest = (w.events.iter())
+            .filter_map(|e| match *e {
+                Event::Write { from, to } => Some(to - from),
+                Event::Flush { .. } => None,
+            })
+            .max();
+        assert_eq!(largest, Some(want), "min RTT {min_rtt:?}: {:?}", w.events);
+    }
 }

@@ -33,6 +33,12 @@ fn loopback_and_unknown_paths_are_not_limited() {
         budget.allowance(&loopback, RECORD, RECORD, false, now),
         Allowance::Record(RECORD)
     );
+    assert!(
+        budget.is_unpaced(),
+        "loopback takes writes of several records"
+    );
+    budget.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    assert!(!budget.is_unpaced(), "a 20 ms path is paced");
     assert_eq!(
         budget.allowance(&PathState::default(), RECORD, RECORD, false, now),
         Allowance::Record(RECORD)

@@ -32,7 +32,7 @@ use super::chunk::Chunk;
 use super::WritePath;
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
-use crate::path::{Allowance, CongestionControl, WriteBudget};
+use crate::path::{Allowance, CongestionControl, WriteBudget, UNPACED_WRITE_RECORDS};
 use crate::priorities::StreamPriorities;
 use crate::scheduler::QueuedFrame;
 use crate::timer::Timer;
@@ -104,6 +104,9 @@ pub(super) struct RecordWriter {
     budget: WriteBudget,
     /// The next record's size as the write budget allows (`None`: the record target).
     record_cap: Option<usize>,
+    /// The next write may hold several records: the path is unpaced and no stream more
+    /// urgent than the bulk DATA it starts with is open.
+    wide: bool,
     /// Bulk DATA waits until then for TCP to send what it holds.
     paced_until: Option<Instant>,
     pace_timer: Timer,
@@ -122,6 +125,7 @@ impl Default for RecordWriter {
             last_write: None,
             budget: WriteBudget::default(),
             record_cap: None,
+            wide: false,
             paced_until: None,
             pace_timer: Timer::default(),
             first_flight: FirstFlight::Open,
@@ -397,9 +401,15 @@ impl WritePath {
         true
     }
 
+    /// The size of the next write: a record, as small as the write budget allows, or on an
+    /// unpaced path several full records.
     fn target(&self, config: &FlushConfig) -> usize {
         let target = config.record_target(self.writer.sent_since_idle);
-        self.writer.record_cap.map_or(target, |cap| target.min(cap))
+        match self.writer.record_cap {
+            Some(cap) => target.min(cap),
+            None if self.writer.wide => target * UNPACED_WRITE_RECORDS,
+            None => target,
+        }
     }
 
     /// Before a record starts: asks the write budget. True when bulk DATA must wait (the
@@ -417,7 +427,9 @@ impl WritePath {
         }
         self.writer.record_cap = None;
         self.writer.paced_until = None;
+        self.writer.wide = false;
         if !config.write_budget || mode == Drive::Drain || !self.writer.budget.needs_read() {
+            self.writer.wide = self.wide_write_fits(config, priorities);
             return false;
         }
         let Some(state) = io.path_state() else {
@@ -443,7 +455,11 @@ impl WritePath {
             .allowance(&state, target, available, urgent, now)
         {
             Allowance::Record(n) => {
-                self.writer.record_cap = Some(n);
+                if self.wide_write_fits(config, priorities) {
+                    self.writer.wide = true;
+                } else {
+                    self.writer.record_cap = Some(n);
+                }
                 false
             }
             Allowance::Wait(wait) => {
@@ -457,6 +473,26 @@ impl WritePath {
                 true
             }
         }
+    }
+
+    /// True when the next write may hold several records: the write budget found the path
+    /// unpaced, and the write starts with bulk DATA that no open stream is more urgent than
+    /// (an urgent response due soon must not find several records ahead of it).
+    fn wide_write_fits(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
+        if !config.write_budget || !self.writer.budget.is_unpaced() {
+            return false;
+        }
+        let urgency = match &self.writer.current {
+            Some((frame, _, UnitClass::Bulk)) => {
+                priorities.effective(frame.header.stream_id).urgency
+            }
+            Some(_) => return false,
+            None => match self.scheduler.next_data_urgency(priorities) {
+                Some(u) if self.next_is_bulk(config, priorities) => u,
+                _ => return false,
+            },
+        };
+        !priorities.more_urgent_open(urgency)
     }
 
     /// True when the chunk holds bulk bytes and the next unit is urgent DATA.
