@@ -249,15 +249,19 @@ impl WritePath {
                 .is_some_and(|most| most < urgency)
     }
 
+    /// The overshoot's state; it closes once no DATA is held for an urgent response.
+    fn overshoot(&mut self) -> Overshoot {
+        if !self.writer.is_holding_for_urgent() {
+            self.overshoot = Overshoot::Closed;
+        }
+        self.overshoot
+    }
+
     /// How far past the hard limit a frame may be taken: [`HOLD_OVERSHOOT`] while DATA is
     /// held for an urgent response (whose own frames must get in too) and h2 was paused on
     /// a refused frame, else nothing.
     fn hold_overshoot(&mut self) -> usize {
-        if !self.writer.is_holding_for_urgent() {
-            self.overshoot = Overshoot::Closed;
-            return 0;
-        }
-        match self.overshoot {
+        match self.overshoot() {
             Overshoot::Pausing(until) if Instant::now() >= until => {
                 self.overshoot = Overshoot::Open;
                 HOLD_OVERSHOOT
@@ -272,10 +276,7 @@ impl WritePath {
     /// up to a millisecond or two, a good part of the hold), so that h2 offers the frame
     /// again.
     pub(crate) fn poll_overshoot_pause(&mut self, cx: &mut Context<'_>) {
-        if !self.writer.is_holding_for_urgent() {
-            self.overshoot = Overshoot::Closed;
-        }
-        if let Overshoot::Pausing(_) = self.overshoot {
+        if let Overshoot::Pausing(_) = self.overshoot() {
             let mut turn = std::pin::pin!(tokio::task::yield_now());
             let _ = turn.as_mut().poll(cx);
         }

@@ -578,6 +578,7 @@ fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     let mut pos = 0;
     let mut calls = 0usize;
     let mut held_turns = 0;
+    let urgent = pinned_urgent(scn);
     while pos < input.len() {
         let (op, _, written) = write_call(&mut h, &scn.plan, calls, &input_frames, &input, pos)?;
         calls += 1;
@@ -586,7 +587,7 @@ fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
             continue;
         }
         let complete = &input_frames[..complete_frames(&input_frames, pos)];
-        held_turns += flush_and_check(&mut h, setup, complete, pos, &pinned_urgent(scn))?;
+        held_turns += flush_and_check(&mut h, setup, complete, pos, &urgent)?;
     }
     h.shutdown()?;
     let out = parse_frames(&h.output())?;

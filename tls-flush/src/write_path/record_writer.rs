@@ -181,6 +181,16 @@ impl RecordWriter {
         len
     }
 
+    /// The record being built has had its one wait.
+    fn mark_waited(&mut self) {
+        if let State::Building { urgent, .. } = self.state {
+            self.state = State::Building {
+                urgent,
+                waited: true,
+            };
+        }
+    }
+
     fn fresh() -> State {
         State::Building {
             urgent: false,
@@ -356,10 +366,7 @@ impl WritePath {
         } = self.writer.state
         {
             if mode == Drive::Flush && config.pack_records && config.cork {
-                self.writer.state = State::Building {
-                    urgent: false,
-                    waited: true,
-                };
+                self.writer.mark_waited();
                 cx.waker().wake_by_ref();
                 return Some(Pin::new(&mut *io).poll_flush(cx));
             }
@@ -389,12 +396,7 @@ impl WritePath {
         if w.pace_timer.poll_until(cx, until).is_ready() {
             w.first_flight = FirstFlight::Over;
             // It waited already: no cork on top.
-            if let State::Building { urgent, .. } = w.state {
-                w.state = State::Building {
-                    urgent,
-                    waited: true,
-                };
-            }
+            w.mark_waited();
             return false;
         }
         w.first_flight = FirstFlight::Waiting(until);
@@ -488,7 +490,7 @@ impl WritePath {
             }
             Some(_) => return false,
             None => match self.scheduler.next_data_urgency(priorities) {
-                Some(u) if self.next_is_bulk(config, priorities) => u,
+                Some(u) if is_bulk_urgency(config, u) => u,
                 _ => return false,
             },
         };
@@ -518,7 +520,7 @@ impl WritePath {
         }
         self.scheduler
             .next_data_urgency(priorities)
-            .is_some_and(|u| config.urgent_cut.is_none_or(|cut| u > cut.max_urgency))
+            .is_some_and(|u| is_bulk_urgency(config, u))
     }
 
     /// Copies scheduled bytes into the chunk, up to the record target.
@@ -634,12 +636,7 @@ impl WritePath {
         if popped.overtook {
             self.stats.add_reordered(1);
         }
-        let stream = frame.header.stream_id;
-        let urgent = stream != 0
-            && config
-                .urgent_cut
-                .is_some_and(|cut| priorities.effective(stream).urgency <= cut.max_urgency);
-        let class = if urgent {
+        let class = if is_urgent_stream(config, priorities, frame.header.stream_id) {
             UnitClass::Urgent
         } else if frame.is_data() && !frame.ends_stream {
             UnitClass::Bulk
@@ -660,8 +657,7 @@ impl WritePath {
     ) -> bool {
         let stream = frame.header.stream_id;
         config.urgent_cut.is_some_and(|cut| {
-            let urgent_stream =
-                stream != 0 && priorities.effective(stream).urgency <= cut.max_urgency;
+            let urgent_stream = is_urgent_stream(config, priorities, stream);
             if frame.is_data() {
                 frame.header.length as usize <= cut.max_payload && urgent_stream
             } else {
@@ -671,4 +667,21 @@ impl WritePath {
             }
         })
     }
+}
+
+/// True when `stream` (not the connection) is as urgent as the [urgent
+/// cut](FlushConfig::urgent_cut): its units never wait in a record.
+fn is_urgent_stream(config: &FlushConfig, priorities: &StreamPriorities, stream: u32) -> bool {
+    stream != 0
+        && config
+            .urgent_cut
+            .is_some_and(|cut| priorities.effective(stream).urgency <= cut.max_urgency)
+}
+
+/// True when DATA of `urgency` is bulk: less urgent than the urgent cut (all of it without
+/// one).
+fn is_bulk_urgency(config: &FlushConfig, urgency: u8) -> bool {
+    config
+        .urgent_cut
+        .is_none_or(|cut| urgency > cut.max_urgency)
 }
