@@ -104,9 +104,9 @@ pub(super) struct RecordWriter {
     budget: WriteBudget,
     /// The next record's size as the write budget allows (`None`: the record target).
     record_cap: Option<usize>,
-    /// The next write may hold several records: the path is unpaced and no stream more
-    /// urgent than the bulk DATA it starts with is open.
-    wide: bool,
+    /// Full records the next write holds: more than one only on an unpaced path, when no
+    /// stream more urgent than the bulk DATA it starts with is open (see [`UNPACED_WRITE_RECORDS`]).
+    write_records: usize,
     /// Bulk DATA waits until then for TCP to send what it holds.
     paced_until: Option<Instant>,
     pace_timer: Timer,
@@ -125,7 +125,7 @@ impl Default for RecordWriter {
             last_write: None,
             budget: WriteBudget::default(),
             record_cap: None,
-            wide: false,
+            write_records: 1,
             paced_until: None,
             pace_timer: Timer::default(),
             first_flight: FirstFlight::Open,
@@ -409,8 +409,7 @@ impl WritePath {
         let target = config.record_target(self.writer.sent_since_idle);
         match self.writer.record_cap {
             Some(cap) => target.min(cap),
-            None if self.writer.wide => target * UNPACED_WRITE_RECORDS,
-            None => target,
+            None => target * self.writer.write_records,
         }
     }
 
@@ -429,9 +428,9 @@ impl WritePath {
         }
         self.writer.record_cap = None;
         self.writer.paced_until = None;
-        self.writer.wide = false;
+        self.writer.write_records = 1;
         if !config.write_budget || mode == Drive::Drain || !self.writer.budget.needs_read() {
-            self.writer.wide = self.wide_write_fits(config, priorities);
+            self.writer.write_records = self.wide_write_records(config, priorities);
             return false;
         }
         let Some(state) = io.path_state() else {
@@ -457,9 +456,8 @@ impl WritePath {
             .allowance(&state, target, available, urgent, now)
         {
             Allowance::Record(n) => {
-                if self.wide_write_fits(config, priorities) {
-                    self.writer.wide = true;
-                } else {
+                self.writer.write_records = self.wide_write_records(config, priorities);
+                if self.writer.write_records == 1 {
                     self.writer.record_cap = Some(n);
                 }
                 false
@@ -477,24 +475,35 @@ impl WritePath {
         }
     }
 
-    /// True when the next write may hold several records: the write budget found the path
-    /// unpaced, and the write starts with bulk DATA that no open stream is more urgent than
-    /// (an urgent response due soon must not find several records ahead of it).
-    fn wide_write_fits(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
+    /// How many full records the next write may hold: several when the write budget found
+    /// the path unpaced and the write starts with bulk DATA that no open stream is more
+    /// urgent than (an urgent response due soon must not find several records ahead of
+    /// it); only as many as are queued whole, so that a write never ends in a short record
+    /// a full one would have packed; else one.
+    fn wide_write_records(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+    ) -> usize {
         if !config.write_budget || !self.writer.budget.is_unpaced() {
-            return false;
+            return 1;
         }
         let urgency = match &self.writer.current {
             Some((frame, _, UnitClass::Bulk)) => {
                 priorities.effective(frame.header.stream_id).urgency
             }
-            Some(_) => return false,
+            Some(_) => return 1,
             None => match self.scheduler.next_data_urgency(priorities) {
                 Some(u) if is_bulk_urgency(config, u) => u,
-                _ => return false,
+                _ => return 1,
             },
         };
-        !priorities.more_urgent_open(urgency)
+        if priorities.more_urgent_open(urgency) {
+            return 1;
+        }
+        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
+        let record = config.record_target(self.writer.sent_since_idle);
+        (available / record).clamp(1, UNPACED_WRITE_RECORDS)
     }
 
     /// True when the chunk holds bulk bytes and the next unit is urgent DATA.
