@@ -308,6 +308,8 @@ async fn urgent_small_response_ends_its_record_and_headers_are_not_buried() {
 struct AfterUpdate {
     /// Longest run of consecutive stream-1 DATA frames received after the update.
     longest_run: usize,
+    /// Stream-1 DATA frames received after the update.
+    raised_frames: usize,
     /// Stream 2's DATA bytes received after the update and before stream 1 finished.
     other_bytes: usize,
     /// Server counters: updates applied, DATA frames moved ahead after the update.
@@ -382,6 +384,7 @@ async fn raised_stream_after_update(setup: ServerSetup) -> AfterUpdate {
     let snapshot = server.connection_stats().first().map(|s| s.snapshot());
     AfterUpdate {
         longest_run: longest,
+        raised_frames: data.iter().filter(|f| f.stream_id == id1).count(),
         other_bytes: other,
         applied: snapshot.map(|s| s.priority_updates_applied),
         reordered: snapshot
@@ -424,22 +427,35 @@ async fn priority_update_moves_a_live_background_stream_ahead() {
             run.reordered
         );
     }
-    // On the wire, against stock in the same process: the raised stream's frames that the
-    // wrapper held arrive back to back, in runs clearly longer than h2's interleaving gives
-    // (medians of five: typically 45-60 frames against stock's 14-28).
+    // On the wire: the raised stream's frames that the wrapper held arrive back to back, the
+    // longest run holding at least half of the raised stream's frames after the update
+    // (typically 54-60 of ~61). Stock is printed but not compared: whether h2's round robin
+    // happens to give it one long run depends on which stream's window opens first, so its
+    // longest run ranges from 3 to 64 frames between runs of the same test.
+    let back_to_back = scheduled
+        .iter()
+        .filter(|r| 2 * r.longest_run >= r.raised_frames)
+        .count();
     let longest_run = |runs: &[AfterUpdate]| {
         let mut v: Vec<usize> = runs.iter().map(|r| r.longest_run).collect();
         median(&mut v)
     };
-    let (s, st) = (longest_run(&scheduled), longest_run(&stock));
     println!(
-        "medians: longest run {s} (stock {st}); other stream's bytes {} (stock {})",
+        "medians: longest run {} (stock {}); other stream's bytes {} (stock {})",
+        longest_run(&scheduled),
+        longest_run(&stock),
         other_bytes(&scheduled),
         other_bytes(&stock)
     );
     assert!(
-        2 * s >= 3 * st,
-        "the raised stream's frames arrived back to back: median run {s} against stock's {st}"
+        back_to_back >= 3,
+        "the raised stream's frames arrived back to back in only {back_to_back} of 5 runs: \
+         longest runs {:?} of {:?} frames",
+        scheduled.iter().map(|r| r.longest_run).collect::<Vec<_>>(),
+        scheduled
+            .iter()
+            .map(|r| r.raised_frames)
+            .collect::<Vec<_>>()
     );
     // And the other stream's bytes that still came before the raised stream finished: at
     // most half of stock's (typically 0-160 KB against stock's 800-1050 KB). The wrapper
