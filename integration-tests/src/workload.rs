@@ -420,6 +420,10 @@ pub struct Attribution {
     /// Plaintext bytes the server handed to TLS after reading the critical request and
     /// before the critical response's first DATA frame.
     pub server_bytes_after_request: Option<u64>,
+    /// Milliseconds from the server reading the critical request to the critical
+    /// response's first DATA frame entering a record (the application's time to begin the
+    /// body, and any wait of the wrapper's).
+    pub server_first_data_ms: Option<f64>,
 }
 
 impl Attribution {
@@ -434,6 +438,7 @@ impl Attribution {
         self.server_notsent_bytes_at_request = arrival.notsent_bytes;
         self.server_in_flight_bytes_at_request = arrival.in_flight_bytes;
         self.server_bytes_after_request = arrival.written_before_first_data();
+        self.server_first_data_ms = arrival.first_data_after.map(|d| d.as_secs_f64() * 1e3);
     }
 }
 

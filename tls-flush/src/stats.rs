@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::path::PathState;
 
@@ -43,7 +44,7 @@ struct Counters {
     tcp_info_reads: AtomicU64,
     budget_waits: AtomicU64,
     /// The most urgent request read so far, and where bytes were when it was read.
-    urgent_request: Mutex<Option<RequestArrival>>,
+    urgent_request: Mutex<Option<(RequestArrival, Instant)>>,
     /// The stream of `urgent_request` until its first DATA frame is written (0: none), so
     /// that other DATA frames cost an atomic load only.
     awaiting_data: AtomicU32,
@@ -131,6 +132,7 @@ pub struct StatsSnapshot {
 ///     in_flight_bytes: Some(60 * 1448),
 ///     bytes_written: 200 * 1024,
 ///     bytes_written_at_first_data: Some(200 * 1024 + 230),
+///     first_data_after: Some(std::time::Duration::from_micros(900)),
 /// };
 /// assert_eq!(arrival.written_before_first_data(), Some(230));
 /// ```
@@ -157,6 +159,10 @@ pub struct RequestArrival {
     /// (the bytes of the record that carries it, ahead of the frame, included); `None` until
     /// that frame is written.
     pub bytes_written_at_first_data: Option<u64>,
+    /// Time from reading the request to its response's first DATA frame entering a record
+    /// (mostly the application's time to begin the body); `None` until that frame is
+    /// written.
+    pub first_data_after: Option<Duration>,
 }
 
 impl RequestArrival {
@@ -216,10 +222,10 @@ impl ConnectionStats {
     /// (`None` before the first complete request). Kept out of [`StatsSnapshot`], whose
     /// fields are all counters (its `Debug` form is logged and parsed as `name: number`).
     pub fn urgent_request(&self) -> Option<RequestArrival> {
-        *self.urgent_request_slot()
+        self.urgent_request_slot().map(|(arrival, _)| arrival)
     }
 
-    fn urgent_request_slot(&self) -> std::sync::MutexGuard<'_, Option<RequestArrival>> {
+    fn urgent_request_slot(&self) -> std::sync::MutexGuard<'_, Option<(RequestArrival, Instant)>> {
         self.inner
             .urgent_request
             .lock()
@@ -230,7 +236,7 @@ impl ConnectionStats {
     /// before it (so [`request_read`](Self::request_read) would record it).
     pub(crate) fn is_most_urgent(&self, urgency: u8) -> bool {
         self.urgent_request_slot()
-            .is_none_or(|before| urgency <= before.urgency)
+            .is_none_or(|(before, _)| urgency <= before.urgency)
     }
 
     /// The request on `stream_id` (`urgency`) was read with `queued_bytes` in the write
@@ -245,10 +251,10 @@ impl ConnectionStats {
         path: Option<PathState>,
     ) {
         let mut slot = self.urgent_request_slot();
-        if slot.is_some_and(|before| urgency > before.urgency) {
+        if slot.is_some_and(|(before, _)| urgency > before.urgency) {
             return;
         }
-        *slot = Some(RequestArrival {
+        let arrival = RequestArrival {
             stream_id,
             urgency,
             queued_bytes: queued_bytes as u64,
@@ -257,7 +263,9 @@ impl ConnectionStats {
             in_flight_bytes: path.map(|p| p.in_flight_bytes() as u64),
             bytes_written: self.inner.bytes_written.load(Relaxed),
             bytes_written_at_first_data: None,
-        });
+            first_data_after: None,
+        };
+        *slot = Some((arrival, Instant::now()));
         self.inner.awaiting_data.store(stream_id, Relaxed);
     }
 
@@ -269,10 +277,11 @@ impl ConnectionStats {
         }
         self.inner.awaiting_data.store(0, Relaxed);
         let mut slot = self.urgent_request_slot();
-        if let Some(arrival) = slot.as_mut() {
+        if let Some((arrival, read_at)) = slot.as_mut() {
             if arrival.stream_id == stream_id && arrival.bytes_written_at_first_data.is_none() {
                 arrival.bytes_written_at_first_data =
                     Some(self.inner.bytes_written.load(Relaxed) + offset as u64);
+                arrival.first_data_after = Some(read_at.elapsed());
             }
         }
     }
@@ -330,8 +339,12 @@ mod tests {
         stats.add_bytes(500);
         stats.data_started(3, 90);
         let arrival = stats.urgent_request().expect("recorded");
+        assert!(arrival.first_data_after.is_some());
         assert_eq!(
-            arrival,
+            RequestArrival {
+                first_data_after: None,
+                ..arrival
+            },
             RequestArrival {
                 stream_id: 3,
                 urgency: 0,
@@ -341,6 +354,7 @@ mod tests {
                 in_flight_bytes: Some(10_000),
                 bytes_written: 1000,
                 bytes_written_at_first_data: Some(1540),
+                first_data_after: None,
             }
         );
         assert_eq!(arrival.written_before_first_data(), Some(540));

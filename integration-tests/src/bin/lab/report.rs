@@ -98,8 +98,9 @@ fn render_explain(rows: &[ExplainRow]) -> String {
          critical request (medians, KiB; `-`: not known for this case or link): the link's \
          server-to-client queue (tun only), and in our server (tls-flush cases only) the \
          wrapper's queue, runs in which rustls held ciphertext, the kernel's unsent bytes, \
-         the bytes in flight, and what the server sent after reading the request before the \
-         critical response's first DATA frame.\n\n",
+         the bytes in flight, what the server sent after reading the request before the \
+         critical response's first DATA frame, and how long after the read that frame came \
+         (ms, median and max).\n\n",
     );
     let rows: Vec<Vec<String>> = rows
         .iter()
@@ -116,6 +117,10 @@ fn render_explain(rows: &[ExplainRow]) -> String {
                     median_kib(r.server_notsent_kib),
                     median_kib(r.server_in_flight_kib),
                     median_kib(r.server_sent_after_request_kib),
+                    r.server_first_data_ms.map_or_else(
+                        || "-".to_string(),
+                        |s| format!("{:.1} [{:.1}]", s.median, s.max),
+                    ),
                 ],
             )
         })
@@ -131,6 +136,7 @@ fn render_explain(rows: &[ExplainRow]) -> String {
             "kernel unsent",
             "in flight",
             "sent after read",
+            "first DATA after read ms",
         ],
         &rows,
         3,

@@ -98,6 +98,8 @@ pub struct ExplainRow {
     pub server_in_flight_kib: Option<Spread>,
     /// What the server sent after reading the request, before the critical response, KiB.
     pub server_sent_after_request_kib: Option<Spread>,
+    /// From reading the request to the critical response's first DATA frame, ms.
+    pub server_first_data_ms: Option<Spread>,
 }
 
 /// One line of the paired table: `case - stock`, computed within each repeat.
@@ -202,6 +204,9 @@ pub fn explain(config: &LabConfig, results: &[RunResult]) -> Vec<ExplainRow> {
                 server_notsent_kib: kib(|a| a.server_notsent_bytes_at_request),
                 server_in_flight_kib: kib(|a| a.server_in_flight_bytes_at_request),
                 server_sent_after_request_kib: kib(|a| a.server_bytes_after_request),
+                server_first_data_ms: Spread::of(
+                    runs.iter().filter_map(|a| a.server_first_data_ms),
+                ),
             })
         })
         .collect()
@@ -350,6 +355,7 @@ pub(crate) mod tests {
         for r in results.iter_mut().filter(|r| r.case == "scheduled") {
             r.attribution.server_tls_buffered_at_request = Some(r.repeat == 1);
             r.attribution.server_bytes_after_request = Some(2048);
+            r.attribution.server_first_data_ms = Some(r.repeat as f64);
         }
         let rows = summarize(&config, &results);
         assert_eq!(rows.len(), 4);
@@ -371,5 +377,10 @@ pub(crate) mod tests {
             Some(2.0)
         );
         assert_eq!(explained[3].link_queue_kib, None);
+        assert_eq!(
+            explained[3].server_first_data_ms.map(|s| (s.median, s.max)),
+            Some((1.0, 2.0))
+        );
+        assert_eq!(explained[0].server_first_data_ms, None);
     }
 }
