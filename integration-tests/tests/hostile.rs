@@ -39,7 +39,7 @@ use integration_tests::server::ServerSetup;
 use integration_tests::tap::Tap;
 use integration_tests::{ReadGate, TestServer};
 use support::{alive_tasks, client as tap_client, rss_kib, run_alone as run, wait_for};
-use tls_flush::{Policy, StatsSnapshot};
+use tls_flush::{FlushConfig, Policy, StatsSnapshot};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -289,15 +289,16 @@ async fn memory_bounded(policy: Policy) {
         s.priority_updates_invalid,
     );
 
-    // The wrapper admits a frame only while the queue stays under the hard limit; the one
-    // exception is the rest of a header block already begun (CONTINUATION), and hyper's
-    // response header blocks here fit in one HEADERS frame. So: hard limit + one max-size
-    // frame, with nothing else as margin.
+    // The wrapper admits a frame only while the queue stays under its limit: the hard
+    // limit, plus a few frames while DATA is held for an urgent response (`queue_limit`);
+    // the one exception is the rest of a header block already begun (CONTINUATION), and
+    // hyper's response header blocks here fit in one HEADERS frame. So: the queue limit +
+    // one max-size frame, with nothing else as margin.
+    let queue_limit = FlushConfig::for_policy(policy).queue_limit() as u64;
     assert!(
-        s.queued_bytes_high_water <= HARD_LIMIT + MAX_FRAME,
-        "{name}: queue high water {} > {} + one frame",
+        s.queued_bytes_high_water <= queue_limit + MAX_FRAME,
+        "{name}: queue high water {} > {queue_limit} + one frame",
         s.queued_bytes_high_water,
-        HARD_LIMIT
     );
     assert!(
         s.queued_bytes_high_water >= soft_limit(name) / 2,

@@ -133,7 +133,7 @@ impl Default for UrgentCut {
 ///
 /// | structure | bound |
 /// |---|---|
-/// | write queue (h2's frames not yet handed to TLS) | [`queue_limit`](Self::queue_limit): the [`hard_limit`](Self::hard_limit) (default 1 MiB), plus 64.5 KiB while DATA is held for an urgent response, counting 128 bytes per queued frame besides its wire bytes, so at most `queue_limit / 128` frames; plus one response header block (the application's own) |
+/// | write queue (h2's frames not yet handed to TLS) | [`queue_limit`](Self::queue_limit): the [`hard_limit`](Self::hard_limit) (default 1 MiB), plus 129 KiB while DATA is held for an urgent response, counting 128 bytes per queued frame besides its wire bytes, so at most `queue_limit / 128` frames; plus one response header block (the application's own) |
 /// | a DATA frame larger than the hard limit and than 1 MiB (a client may allow frames of up to 16 MiB) | never held whole: written through in 16 KiB pieces once the queue before it is empty |
 /// | request header block being reassembled | 64 KiB (larger: priority tracking stops for the connection) |
 /// | HPACK dynamic tables mirrored (one per direction) | 64 KiB each (larger size updates stop tracking) |

@@ -143,7 +143,6 @@ impl<T: Transport> FlushStream<T> {
                     break;
                 }
             }
-            self.write.poll_overshoot_pause(cx);
             let queued_after_absorb = self.write.queued_bytes();
             // Push out whatever full records are ready; a Pending here is fine, the
             // transport will wake us.
@@ -167,6 +166,7 @@ impl<T: Transport> FlushStream<T> {
                     // leave h2 stalled until the socket drains.
                     continue;
                 }
+                self.write.refusal_returned();
                 return Poll::Pending;
             }
             // Nothing was admitted, yet the transport took everything it could without
@@ -184,6 +184,7 @@ impl<T: Transport> FlushStream<T> {
                 if !self.write.is_holding() {
                     cx.waker().wake_by_ref();
                 }
+                self.write.refusal_returned();
                 return Poll::Pending;
             }
         }

@@ -2,10 +2,6 @@
 //! schedule, and hand the transport one write of a record (several on an unpaced path) at
 //! a time.
 
-use std::future::Future;
-use std::task::Context;
-use std::time::{Duration, Instant};
-
 use bytes::{Bytes, BytesMut};
 use tower_priority::PriorityParams;
 
@@ -48,22 +44,29 @@ pub(crate) struct WritePath {
 }
 
 /// The queue's room past the hard limit while DATA is held for an urgent response (see
-/// [`HOLD_OVERSHOOT`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Overshoot {
-    /// The hard limit applies.
-    Closed,
-    /// h2 was refused a frame past the hard limit while DATA was held; from this instant on
-    /// it is let in. The pause gives the urgent response's task its turn: h2 locks its
-    /// stream state while it writes, and is blocked only once a frame is refused.
-    Pausing(Instant),
-    /// Frames are taken up to [`HOLD_OVERSHOOT`] past the hard limit.
-    Open,
+/// [`HOLD_OVERSHOOT`]): granted one step at a time, each on a wake of h2's that was not the
+/// wrapper's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Overshoot {
+    /// Bytes taken past the hard limit (0 outside a hold).
+    allowed: usize,
+    refusal: Refusal,
 }
 
-/// How long h2 is paused on a refused frame before the overshoot lets it in: long enough
-/// for a task blocked on h2's lock to take it, short against the hold.
-const OVERSHOOT_PAUSE: Duration = Duration::from_micros(500);
+/// Where h2 stands with the last frame refused past the limit during a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum Refusal {
+    /// Nothing refused since the last grant.
+    #[default]
+    None,
+    /// A frame was refused; the wrapper may still offer it again within the same poll.
+    Refused,
+    /// The refusal reached h2 (its write returned `Pending`), which released its stream
+    /// state. While DATA is held nothing of the wrapper's wakes h2 before the hold ends, so
+    /// h2 offering a frame again means another task woke it: typically the urgent
+    /// response's, whose frames now wait in h2 behind the refused one.
+    Returned,
+}
 
 impl WritePath {
     pub(crate) fn new(config: &FlushConfig, stats: ConnectionStats) -> Self {
@@ -80,7 +83,7 @@ impl WritePath {
             decoder: PassiveDecoder::new("response", stats.clone()),
             scheduler: Scheduler::new(ordering),
             settings_sent: false,
-            overshoot: Overshoot::Closed,
+            overshoot: Overshoot::default(),
             writer: RecordWriter::default(),
             stats,
         }
@@ -139,10 +142,8 @@ impl WritePath {
                         break;
                     }
                     taken += n;
-                    if matches!(self.overshoot, Overshoot::Pausing(_)) {
-                        // h2 is no longer blocked: the pause is over.
-                        self.overshoot = Overshoot::Closed;
-                    }
+                    // h2 is not blocked (any more): a later refusal is a new one.
+                    self.overshoot.refusal = Refusal::None;
                     if is_streamed(&header, config) {
                         self.assembler.admit_streaming();
                     } else {
@@ -216,8 +217,8 @@ impl WritePath {
             return true;
         }
         if queued + cost > config.hard_limit + self.hold_overshoot() {
-            if self.overshoot == Overshoot::Closed && self.writer.is_holding_for_urgent() {
-                self.overshoot = Overshoot::Pausing(Instant::now() + OVERSHOOT_PAUSE);
+            if self.overshoot.refusal == Refusal::None && self.writer.is_holding_for_urgent() {
+                self.overshoot.refusal = Refusal::Refused;
             }
             return false;
         }
@@ -249,36 +250,26 @@ impl WritePath {
                 .is_some_and(|most| most < urgency)
     }
 
-    /// The overshoot's state; it closes once no DATA is held for an urgent response.
-    fn overshoot(&mut self) -> Overshoot {
-        if !self.writer.is_holding_for_urgent() {
-            self.overshoot = Overshoot::Closed;
-        }
-        self.overshoot
-    }
-
-    /// How far past the hard limit a frame may be taken: [`HOLD_OVERSHOOT`] while DATA is
-    /// held for an urgent response (whose own frames must get in too) and h2 was paused on
-    /// a refused frame, else nothing.
+    /// How far past the hard limit a frame may be taken: nothing outside a hold; during one,
+    /// one more [`HOLD_GRANT`] each time h2 offers a frame again after a refusal reached it,
+    /// up to [`HOLD_OVERSHOOT`].
     fn hold_overshoot(&mut self) -> usize {
-        match self.overshoot() {
-            Overshoot::Pausing(until) if Instant::now() >= until => {
-                self.overshoot = Overshoot::Open;
-                HOLD_OVERSHOOT
-            }
-            Overshoot::Open => HOLD_OVERSHOOT,
-            _ => 0,
+        if !self.writer.is_holding_for_urgent() {
+            self.overshoot = Overshoot::default();
+        } else if self.overshoot.refusal == Refusal::Returned {
+            self.overshoot = Overshoot {
+                allowed: (self.overshoot.allowed + HOLD_GRANT).min(HOLD_OVERSHOOT),
+                refusal: Refusal::None,
+            };
         }
+        self.overshoot.allowed
     }
 
-    /// While h2 is paused on a refused frame (see [`Overshoot::Pausing`]): has the task
-    /// polled again after the runtime's other tasks (a timer would oversleep the pause by
-    /// up to a millisecond or two, a good part of the hold), so that h2 offers the frame
-    /// again.
-    pub(crate) fn poll_overshoot_pause(&mut self, cx: &mut Context<'_>) {
-        if let Overshoot::Pausing(_) = self.overshoot() {
-            let mut turn = std::pin::pin!(tokio::task::yield_now());
-            let _ = turn.as_mut().poll(cx);
+    /// h2's write is about to return `Pending`: a frame refused during a hold has reached
+    /// h2 (see [`Refusal::Returned`]).
+    pub(crate) fn refusal_returned(&mut self) {
+        if self.overshoot.refusal == Refusal::Refused {
+            self.overshoot.refusal = Refusal::Returned;
         }
     }
 
@@ -375,13 +366,19 @@ impl WritePath {
     }
 }
 
-/// How far past the hard limit frames are still taken while DATA is held for an urgent
-/// response, once h2 was refused one and paused: four 16 KiB frames. h2 writes one frame
-/// at a time with its stream state locked, so the urgent response can join h2's queue only
-/// once h2 is blocked, and then behind the refused frame and at most one frame of each
-/// stream h2 round-robins; refusing those would block h2 until the hold's bound, holding
-/// the urgent response back with it.
-pub(crate) const HOLD_OVERSHOOT: usize = 4 * (16384 + frame::HEADER_LEN + UNIT_OVERHEAD);
+/// How far past the hard limit frames are taken on each wake of h2's while DATA is held for
+/// an urgent response: four 16 KiB frames. h2 writes one frame at a time with its stream
+/// state locked, so the urgent response joins h2's queue only once h2 is blocked on a
+/// refused frame, and then behind that frame and one frame of each stream h2
+/// round-robins; refusing those would block h2 until the hold's bound, holding the urgent
+/// response back with it. Granting only on a wake that was not the wrapper's keeps the
+/// room for the urgent response's task, however late it runs, instead of spending it on
+/// less urgent frames that h2 offers right away.
+pub(crate) const HOLD_GRANT: usize = 4 * (16384 + frame::HEADER_LEN + UNIT_OVERHEAD);
+
+/// The most taken past the hard limit during one hold: two grants (one may go to a wake of
+/// h2's for something else, a client frame read, say).
+pub(crate) const HOLD_OVERSHOOT: usize = 2 * HOLD_GRANT;
 
 /// Frames up to this size are held whole even when the hard limit is set lower.
 const STREAMED_ABOVE: usize = 1024 * 1024;

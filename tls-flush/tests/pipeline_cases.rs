@@ -920,6 +920,69 @@ fn a_hold_takes_a_few_frames_past_the_hard_limit_so_h2_is_not_blocked() {
     assert!(h.stats().queued_memory_high_water <= hard as u64);
 }
 
+/// The room past the hard limit during a hold is granted only when h2 offers a refused
+/// frame again after its write returned `Pending` (so another task woke it, typically the
+/// urgent response's), a few frames per grant, up to `queue_limit`: never on the call that
+/// refused it, so h2 cannot spend the room on background frames before the urgent
+/// response's task has run.
+///
+/// Regression: the room used to open half a millisecond after the first refusal, whoever
+/// polled; h2 spent it on background frames at once while the critical handler had not
+/// run yet (two busy workers), and about one relay `simultaneous` run in 30 took 1.5-5x
+/// the floor.
+#[test]
+fn a_hold_grants_room_past_the_hard_limit_only_when_h2_comes_back() {
+    let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
+    let hard = 40 * 1024;
+    let config = preset(Policy::Scheduled)
+        .anticipate(Some(Duration::from_secs(600)))
+        .soft_limit(16 * 1024)
+        .hard_limit(hard);
+    let limit = config.queue_limit() as u64;
+    let mut h = started(config, Wire::open(Buffering::Off, client));
+    h.write_all(&encode_all(&[settings_frame(0, &[]), response_headers(1)]))
+        .unwrap();
+    let frame = data(1, 0, 8000, false).encode();
+    // Frames taken before the next one is refused (the call returns `Pending`).
+    let offer_until_refused = |h: &mut Harness| {
+        let mut taken = 0;
+        loop {
+            match h
+                .poll_once("poll_write", |s, cx| s.poll_write(cx, &frame))
+                .unwrap()
+            {
+                Poll::Ready(Ok(n)) => {
+                    assert_eq!(n, frame.len());
+                    taken += 1;
+                    assert!(taken < 1000, "the queue never refuses");
+                }
+                Poll::Ready(Err(e)) => panic!("write failed: {e}"),
+                Poll::Pending => return taken,
+            }
+        }
+    };
+    assert!(offer_until_refused(&mut h) > 0);
+    assert!(h.stats().queued_memory_high_water <= hard as u64);
+    let mut grants = Vec::new();
+    loop {
+        let taken = offer_until_refused(&mut h);
+        if taken == 0 {
+            break;
+        }
+        grants.push(taken);
+        assert!(grants.len() < 10, "grants never end: {grants:?}");
+    }
+    let high = h.stats().queued_memory_high_water;
+    assert!(
+        grants.len() >= 2 && grants.iter().all(|&n| n >= 4),
+        "{grants:?}"
+    );
+    assert!(
+        high > hard as u64 && high <= limit && high + frame.len() as u64 + 128 > limit,
+        "high water {high}, hard limit {hard}, queue limit {limit}, grants {grants:?}"
+    );
+}
+
 /// Bulk DATA on a path the write budget does not pace (loopback, a LAN: minimum RTT under a
 /// millisecond) leaves in writes of four full records, one system call for four; on a
 /// paced path, even with a wide window, every write is one record.
