@@ -39,6 +39,7 @@ pub(crate) struct WritePath {
     scheduler: Scheduler,
     settings_sent: bool,
     overshoot: Overshoot,
+    h2_batch: H2Batch,
     writer: RecordWriter,
     stats: ConnectionStats,
 }
@@ -51,6 +52,16 @@ struct Overshoot {
     /// Bytes taken past the hard limit (0 outside a hold).
     allowed: usize,
     refusal: Refusal,
+}
+
+/// Whether h2 may have more frames for the wrapper before it stops writing: it flushes
+/// after every frame, and once more, without a write, when its batch is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum H2Batch {
+    /// h2 wrote since its last flush.
+    Writing,
+    /// h2 flushed without writing since: its batch is over.
+    Over,
 }
 
 /// Where h2 stands with the last frame refused past the limit during a hold.
@@ -84,6 +95,7 @@ impl WritePath {
             scheduler: Scheduler::new(ordering),
             settings_sent: false,
             overshoot: Overshoot::default(),
+            h2_batch: H2Batch::Over,
             writer: RecordWriter::default(),
             stats,
         }
@@ -171,6 +183,9 @@ impl WritePath {
             }
         }
         self.record_queue_size();
+        if taken > 0 {
+            self.h2_batch = H2Batch::Writing;
+        }
         taken
     }
 

@@ -983,6 +983,58 @@ fn a_hold_grants_room_past_the_hard_limit_only_when_h2_comes_back() {
     );
 }
 
+/// h2 flushes after every frame it writes: on an unpaced path bulk DATA still leaves in
+/// writes of four full records, each flush right after a write waiting (the task woken)
+/// while fewer are queued; the flush that follows no write (h2's batch is over) writes
+/// the rest.
+#[test]
+fn an_unpaced_path_packs_wide_writes_across_h2s_per_frame_flushes() {
+    let mut w = Wire::open(Buffering::Off, client_with_requests(&[(1, Some("u=3"))]));
+    w.path = Some(SimulatedPath {
+        cwnd: 10_000,
+        mss: 65_483,
+        min_rtt: Duration::from_micros(30),
+        delivery_rate: 0,
+        acked_per_read: 1 << 30,
+    });
+    w.record_events = true;
+    let mut h = started(preset(Policy::Scheduled), w);
+    let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+    h.write_all(&encode_all(&input)).unwrap();
+    h.flush().unwrap();
+    h.settle().unwrap();
+    // Nine full frames and a short last one: two writes of four records, then the rest.
+    let body: Vec<Frame> = (0..10)
+        .map(|i| data(1, i, if i == 9 { 100 } else { 16384 }, i == 9))
+        .collect();
+    let writes_before = h.wire.borrow().events.len();
+    for frame in &body {
+        h.write_all(&frame.encode()).unwrap();
+        h.flush().unwrap();
+    }
+    let sizes = |h: &Harness| -> Vec<usize> {
+        h.wire.borrow().events[writes_before..]
+            .iter()
+            .filter_map(|e| match *e {
+                Event::Write { from, to } => Some(to - from),
+                Event::Flush { .. } => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        sizes(&h),
+        [4 * MAX_RECORD, 4 * MAX_RECORD],
+        "while h2 writes"
+    );
+    // h2's batch is over: its next flush comes without a write.
+    h.settle().unwrap();
+    let after = sizes(&h);
+    assert!(after.len() > 2 && after.len() <= 4, "{after:?}");
+    input.extend(body);
+    let (_, perm) = delivered(&mut h, &input);
+    assert_eq!(perm.len(), input.len());
+}
+
 /// Bulk DATA on a path the write budget does not pace (loopback, a LAN: minimum RTT under a
 /// millisecond) leaves in writes of four full records, one system call for four; on a
 /// paced path, even with a wide window, every write is one record.

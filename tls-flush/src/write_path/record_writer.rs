@@ -29,7 +29,7 @@ use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::chunk::Chunk;
-use super::WritePath;
+use super::{H2Batch, WritePath, UNIT_OVERHEAD};
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
 use crate::path::{Allowance, CongestionControl, WriteBudget, UNPACED_WRITE_RECORDS};
@@ -241,6 +241,9 @@ impl WritePath {
     ) -> Poll<io::Result<()>> {
         let result = self.drive_inner(cx, io, config, priorities, mode);
         self.record_queue_size();
+        if mode.flushes() {
+            self.h2_batch = H2Batch::Over;
+        }
         result
     }
 
@@ -428,9 +431,10 @@ impl WritePath {
         }
         self.writer.record_cap = None;
         self.writer.paced_until = None;
-        self.writer.write_records = 1;
+        if self.waits_for_wide_write(cx, config, priorities, mode) {
+            return true;
+        }
         if !config.write_budget || mode == Drive::Drain || !self.writer.budget.needs_read() {
-            self.writer.write_records = self.wide_write_records(config, priorities);
             return false;
         }
         let Some(state) = io.path_state() else {
@@ -456,7 +460,10 @@ impl WritePath {
             .allowance(&state, target, available, urgent, now)
         {
             Allowance::Record(n) => {
-                self.writer.write_records = self.wide_write_records(config, priorities);
+                // The read may have found the path unpaced (or paced) anew.
+                self.writer.write_records = self
+                    .wide_write(config, priorities)
+                    .map_or(1, |n| n.clamp(1, UNPACED_WRITE_RECORDS));
                 if self.writer.write_records == 1 {
                     self.writer.record_cap = Some(n);
                 }
@@ -475,35 +482,72 @@ impl WritePath {
         }
     }
 
-    /// How many full records the next write may hold: several when the write budget found
-    /// the path unpaced and the write starts with bulk DATA that no open stream is more
-    /// urgent than (an urgent response due soon must not find several records ahead of
-    /// it); only as many as are queued whole, so that a write never ends in a short record
-    /// a full one would have packed; else one.
-    fn wide_write_records(
+    /// Sets how many full records the next write holds (see [`Self::wide_write`]). True
+    /// when bulk DATA waits instead: a wide write is due, fewer than
+    /// [`UNPACED_WRITE_RECORDS`] full records are queued, and h2 may have more frames (it
+    /// is writing, or flushing right after a write: h2 flushes after every frame, and once
+    /// more, without a write, when its batch is over). Writing each record as it fills
+    /// costs a system call and, the socket being kept shallow, a loopback segment per
+    /// record. Bounded: a flush after a write wakes the task, whose next poll ends the
+    /// batch.
+    fn waits_for_wide_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> bool {
+        let wide = if mode == Drive::Drain {
+            None
+        } else {
+            self.wide_write(config, priorities)
+        };
+        self.writer.write_records = wide.map_or(1, |n| n.clamp(1, UNPACED_WRITE_RECORDS));
+        // Waiting needs room for a wide write and the frame after it below the soft limit:
+        // past it h2's frames are refused, and the writes that follow end in short records.
+        let room = (UNPACED_WRITE_RECORDS + 1) * (config.record_target(u64::MAX) + UNIT_OVERHEAD);
+        if wide.is_none_or(|records| records >= UNPACED_WRITE_RECORDS) || config.soft_limit < room {
+            return false;
+        }
+        match (mode, self.h2_batch) {
+            (Drive::Write, _) => true,
+            (Drive::Flush, H2Batch::Writing) => {
+                cx.waker().wake_by_ref();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The full records queued, when the next write may hold several: the write budget
+    /// found the path unpaced and the write starts with bulk DATA that no open stream is
+    /// more urgent than (an urgent response due soon must not find several records ahead
+    /// of it). Only as many as are queued whole go in one write, so that a write never
+    /// ends in a short record a full one would have packed. `None`: one record per write.
+    fn wide_write(
         &mut self,
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
-    ) -> usize {
+    ) -> Option<usize> {
         if !config.write_budget || !self.writer.budget.is_unpaced() {
-            return 1;
+            return None;
         }
         let urgency = match &self.writer.current {
             Some((frame, _, UnitClass::Bulk)) => {
                 priorities.effective(frame.header.stream_id).urgency
             }
-            Some(_) => return 1,
+            Some(_) => return None,
             None => match self.scheduler.next_data_urgency(priorities) {
                 Some(u) if is_bulk_urgency(config, u) => u,
-                _ => return 1,
+                _ => return None,
             },
         };
         if priorities.more_urgent_open(urgency) {
-            return 1;
+            return None;
         }
         let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
         let record = config.record_target(self.writer.sent_since_idle);
-        (available / record).clamp(1, UNPACED_WRITE_RECORDS)
+        Some(available / record)
     }
 
     /// True when the chunk holds bulk bytes and the next unit is urgent DATA.
