@@ -271,9 +271,17 @@ fn alone_is_the_floor_and_explain_agrees_with_the_json() {
             kib(&e["server_notsent_kib"]),
             kib(&e["server_in_flight_kib"]),
             kib(&e["server_sent_after_request_kib"]),
+            match (
+                e["server_first_data_ms"]["median"].as_f64(),
+                e["server_first_data_ms"]["max"].as_f64(),
+            ) {
+                (Some(median), Some(max)) => format!("{median:.1} [{max:.1}]"),
+                _ => "-".to_string(),
+            },
         ];
         assert_eq!(row, &expected, "explain row against the JSON");
         assert_eq!(row[4] == "-", row[2] == "stock", "{row:?}");
+        assert_eq!(row[9] == "-", row[2] == "stock", "{row:?}");
     }
 }
 
