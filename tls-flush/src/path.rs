@@ -5,7 +5,9 @@
 //! record it reads the socket's state ([`PathState`], from Linux `TCP_INFO`) and:
 //!
 //! - keeps the kernel's unsent bytes to about one record beyond what the congestion window
-//!   lets TCP send now (`(cwnd - unacked) x MSS`);
+//!   lets TCP send now (`(cwnd - unacked) x MSS`), plus what the window frees during a
+//!   timer wait (at most two windows per minimum RTT, as in slow start), so that TCP does
+//!   not idle until the timer fires;
 //! - once the path's rate is known and the congestion control is loss-based (cubic: not
 //!   BBR, which does this itself), keeps the bytes in flight plus the unsent ones near a
 //!   small multiple of the bandwidth-delay product (`max delivery rate x min RTT`): twice
@@ -125,6 +127,9 @@ const FULL_PIPE_ROUNDS: u8 = 3;
 /// millisecond of resolution): the pipe's cap leaves room for what drains meanwhile, or a
 /// fast path would idle during every wait (5 ms, 100 Mbit/s: 0.25 x BDP drains in 1.25 ms).
 const TIMER_SLACK: Duration = Duration::from_millis(2);
+/// How fast the congestion window frees room, in windows per round trip, at most: in slow
+/// start each ACK frees twice what it acknowledges.
+const WINDOW_GROWTH: usize = 2;
 
 /// What the budget allows before the next record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,17 +209,25 @@ impl WriteBudget {
         // A small window: records of what it can send now (at least one segment), so none
         // straddles its edge, and the kernel's margin is that record, not a full one.
         let small_window = (s.cwnd as usize * mss) < 4 * target;
+        // The window frees room as ACKs come back, about a window per round trip (twice
+        // that in slow start): what it frees during a timer wait is kept unsent too, or
+        // TCP would idle until the timer fires (5 ms, 100 Mbit/s: the fixture took 3% longer
+        // than stock's without it).
+        let window_rate =
+            (s.cwnd as u128 * s.mss as u128 * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64;
+        let refill = WINDOW_GROWTH * drained_at(window_rate, TIMER_SLACK);
         let margin = if small_window {
             let sendable = s.window_bytes().saturating_sub(notsent).max(mss);
             record = record.min(sendable - RECORD_OVERHEAD.min(sendable - 1));
-            record
+            record + refill
         } else {
-            target
+            target + refill
         };
         if urgent {
             return Allowance::Record(record);
         }
-        // The kernel keeps at most about one record beyond what it can send now.
+        // The kernel keeps at most about one record beyond what it can send now, and what
+        // the window frees meanwhile.
         let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).
@@ -229,11 +242,8 @@ impl WriteBudget {
         if kernel.min(pipe) >= needed {
             return Allowance::Record(record);
         }
-        // The window frees room as ACKs come back, about a window per round trip; the pipe
-        // drains at the path's rate. An early rate sample may be far below the path's (it
-        // measured the handshake), so it never sets the window's wait.
-        let window_rate =
-            (s.cwnd as u128 * s.mss as u128 * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64;
+        // The pipe drains at the path's rate. An early rate sample may be far below the
+        // path's (it measured the handshake), so it never sets the window's wait.
         // While the rate still grows (startup), the newest samples lag the window that is
         // sending: look again as soon as the window could have freed the room.
         let pipe_rate = if self.flat_rounds >= FULL_PIPE_ROUNDS {
@@ -278,7 +288,7 @@ impl WriteBudget {
 
     /// Bytes the path drains in `d` at its measured rate.
     fn drained_in(&self, d: Duration) -> usize {
-        (self.max_rate as u128 * d.as_micros() / 1_000_000).min(usize::MAX as u128) as usize
+        drained_at(self.max_rate, d)
     }
 
     /// How long `deficit` bytes take to drain at `rate`, within [1 ms, min RTT]; zero when
@@ -290,6 +300,11 @@ impl WriteBudget {
         let secs = deficit as f64 / rate.max(1) as f64;
         Duration::from_secs_f64(secs).clamp(Duration::from_millis(1), s.min_rtt)
     }
+}
+
+/// Bytes `rate` (bytes per second) moves in `d`.
+fn drained_at(rate: u64, d: Duration) -> usize {
+    (rate as u128 * d.as_micros() / 1_000_000).min(usize::MAX as u128) as usize
 }
 
 #[cfg(test)]

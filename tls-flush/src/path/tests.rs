@@ -73,9 +73,19 @@ fn the_first_flight_gets_records_that_fit_the_initial_window() {
     // Window used up: one segment's record keeps the ACK clock going, no more.
     let a = budget.allowance(&path(10, 10, 0, 0), RECORD, RECORD, false, Instant::now());
     assert_eq!(a, Allowance::Record(1448 - RECORD_OVERHEAD));
-    // ... and nothing while a segment is already waiting unsent.
+    // ... plus what the window frees during a timer wait (a window per round trip, twice
+    // that in slow start: 2 x 2 ms of 10 x 1448 bytes per 20 ms, two segments) ...
     let a = budget.allowance(
-        &path(10, 10, 1448, 0),
+        &path(10, 10, 2 * 1448, 0),
+        RECORD,
+        RECORD,
+        false,
+        Instant::now(),
+    );
+    assert_eq!(a, Allowance::Record(1448 - RECORD_OVERHEAD));
+    // ... and nothing once that is already waiting unsent.
+    let a = budget.allowance(
+        &path(10, 10, 3 * 1448, 0),
         RECORD,
         RECORD,
         false,
@@ -88,16 +98,17 @@ fn the_first_flight_gets_records_that_fit_the_initial_window() {
 fn an_early_low_rate_sample_does_not_stretch_the_window_wait() {
     let mut budget = WriteBudget::default();
     // The first rate sample measured the handshake (200 kB/s); the initial window is full
-    // and a segment waits unsent. ACKs free about a window per round trip (724 kB/s), so
-    // the record waits about the time one segment takes at that rate, not at the sample's.
+    // and three segments wait unsent. ACKs free about a window per round trip (724 kB/s),
+    // so the record waits about the time one segment takes at that rate, not at the
+    // sample's.
     let Allowance::Wait(wait) = budget.allowance(
-        &path(10, 10, 1448, 200_000),
+        &path(10, 10, 3 * 1448, 200_000),
         RECORD,
         RECORD,
         false,
         Instant::now(),
     ) else {
-        panic!("a full window with a segment unsent must wait");
+        panic!("a full window with three segments unsent must wait");
     };
     assert!(
         wait >= Duration::from_millis(1) && wait <= Duration::from_millis(3),
@@ -131,21 +142,29 @@ fn in_startup_a_lagging_rate_does_not_stretch_the_pipe_wait() {
 fn the_kernel_holds_about_one_record_beyond_the_window() {
     let mut budget = WriteBudget::default();
     let now = Instant::now();
-    // 200-segment window, 190 in flight: 14,480 bytes sendable now.
+    // 200-segment window, 190 in flight: 14,480 bytes sendable now; the window frees
+    // 2 x 2 ms of 200 x 1448 bytes per 20 ms (57,920 bytes) during a timer wait.
+    let beyond = 14_480 + 57_920;
     assert_eq!(
         budget.allowance(&path(200, 190, 0, 0), RECORD, RECORD, false, now),
         Allowance::Record(RECORD)
     );
     assert_eq!(
-        budget.allowance(&path(200, 190, 14_480, 0), RECORD, RECORD, false, now),
+        budget.allowance(&path(200, 190, beyond, 0), RECORD, RECORD, false, now),
         Allowance::Record(RECORD),
-        "exactly one record beyond the window"
+        "exactly one record beyond the window and its refill"
     );
-    let a = budget.allowance(&path(200, 190, 20_000, 0), RECORD, RECORD, false, now);
+    let a = budget.allowance(
+        &path(200, 190, beyond + 6000, 0),
+        RECORD,
+        RECORD,
+        false,
+        now,
+    );
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     // A short record (less queued) needs less room.
     assert_eq!(
-        budget.allowance(&path(200, 190, 20_000, 0), RECORD, 4096, false, now),
+        budget.allowance(&path(200, 190, beyond + 6000, 0), RECORD, 4096, false, now),
         Allowance::Record(RECORD)
     );
 }
@@ -207,9 +226,10 @@ fn a_model_based_congestion_control_is_not_capped_a_second_time() {
         bbr.allowance(&over, RECORD, RECORD, false, Instant::now()),
         Allowance::Record(RECORD)
     );
-    // The kernel's share still holds: about one record beyond what the window can send.
+    // The kernel's share still holds: about one record beyond what the window can send
+    // and what it frees during a timer wait (115,840 bytes).
     let a = bbr.allowance(
-        &path(400, 400, 20_000, rate),
+        &path(400, 400, 120_000, rate),
         RECORD,
         RECORD,
         false,
