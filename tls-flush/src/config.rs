@@ -341,7 +341,7 @@ impl FlushConfig {
     /// Sizes each write from what TCP reports (`TCP_INFO`, see [`PathState`](crate::PathState);
     /// default on with [`Policy::Scheduled`], off in h2's order, where bytes held back
     /// could not be overtaken anyway): the kernel holds about one record beyond what the congestion window can
-    /// send now (and what it frees during a timer wait), the bytes in flight stay near the path's bandwidth-delay product, and
+    /// send now (and, in a larger window, what it frees during a timer wait), the bytes in flight stay near the path's bandwidth-delay product, and
     /// records fit a small congestion window. Paths with a minimum RTT under
     /// [`MIN_PACED_RTT`](crate::MIN_PACED_RTT) and transports without `TCP_INFO` are not
     /// limited; on the former a write holds up to four full records.
