@@ -218,13 +218,12 @@ impl WriteBudget {
         // on the 20 ms link).
         let window_rate =
             (s.cwnd as u128 * s.mss as u128 * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64;
-        let refill = WINDOW_GROWTH * drained_at(window_rate, TIMER_SLACK);
         let margin = if small_window {
             let sendable = s.window_bytes().saturating_sub(notsent).max(mss);
             record = record.min(sendable - RECORD_OVERHEAD.min(sendable - 1));
             record
         } else {
-            target + refill
+            target + WINDOW_GROWTH * drained_at(window_rate, TIMER_SLACK)
         };
         if urgent {
             return Allowance::Record(record);

@@ -34,6 +34,19 @@ fn started(config: FlushConfig, wire: Wire) -> Harness {
     h
 }
 
+/// `scheduled` with a 16 KiB soft limit and `hard`, after reading a background request
+/// (`u=5`, stream 1) and an urgent one (`u=0`, stream 3): DATA is held for the urgent
+/// response (the hold's bound is out of reach). Also returns the queue limit.
+fn holding_for_urgent(hard: usize) -> (Harness, usize) {
+    let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
+    let config = preset(Policy::Scheduled)
+        .anticipate(Some(Duration::from_secs(600)))
+        .soft_limit(16 * 1024)
+        .hard_limit(hard);
+    let limit = config.queue_limit();
+    (started(config, Wire::open(Buffering::Off, client)), limit)
+}
+
 /// `scheduled` with the given soft and hard limits, after reading `client`, its transport
 /// blocked before h2's first write.
 fn blocked_scheduled(client: Vec<u8>, soft: usize, hard: usize) -> Harness {
@@ -863,15 +876,9 @@ fn the_first_flight_shares_one_record_with_the_first_data() {
 /// (worst `simultaneous` run 2.7x the floor).
 #[test]
 fn a_hold_takes_a_few_frames_past_the_hard_limit_so_h2_is_not_blocked() {
-    let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
     let hard = 40 * 1024;
-    let config = preset(Policy::Scheduled)
-        .anticipate(Some(Duration::from_secs(600)))
-        .soft_limit(16 * 1024)
-        .hard_limit(hard);
-    let limit = config.queue_limit();
+    let (mut h, limit) = holding_for_urgent(hard);
     assert!(limit >= hard + 4 * (16384 + HEADER_LEN));
-    let mut h = started(config, Wire::open(Buffering::Off, client));
     let head = [settings_frame(0, &[]), response_headers(1)];
     // 10 x 8,009 bytes: past the hard limit, within the overshoot.
     let bulk: Vec<Frame> = (0..10).map(|_| data(1, 0, 8000, false)).collect();
@@ -932,14 +939,9 @@ fn a_hold_takes_a_few_frames_past_the_hard_limit_so_h2_is_not_blocked() {
 /// the floor.
 #[test]
 fn a_hold_grants_room_past_the_hard_limit_only_when_h2_comes_back() {
-    let client = client_with_requests(&[(1, Some("u=5")), (3, Some("u=0"))]);
     let hard = 40 * 1024;
-    let config = preset(Policy::Scheduled)
-        .anticipate(Some(Duration::from_secs(600)))
-        .soft_limit(16 * 1024)
-        .hard_limit(hard);
-    let limit = config.queue_limit() as u64;
-    let mut h = started(config, Wire::open(Buffering::Off, client));
+    let (mut h, limit) = holding_for_urgent(hard);
+    let limit = limit as u64;
     h.write_all(&encode_all(&[settings_frame(0, &[]), response_headers(1)]))
         .unwrap();
     let frame = data(1, 0, 8000, false).encode();

@@ -461,9 +461,7 @@ impl WritePath {
         {
             Allowance::Record(n) => {
                 // The read may have found the path unpaced (or paced) anew.
-                self.writer.write_records = self
-                    .wide_write(config, priorities)
-                    .map_or(1, |n| n.clamp(1, UNPACED_WRITE_RECORDS));
+                self.writer.write_records = records_per_write(self.wide_write(config, priorities));
                 if self.writer.write_records == 1 {
                     self.writer.record_cap = Some(n);
                 }
@@ -502,7 +500,7 @@ impl WritePath {
         } else {
             self.wide_write(config, priorities)
         };
-        self.writer.write_records = wide.map_or(1, |n| n.clamp(1, UNPACED_WRITE_RECORDS));
+        self.writer.write_records = records_per_write(wide);
         // Waiting needs room for a wide write and the frame after it below the soft limit:
         // past it h2's frames are refused, and the writes that follow end in short records.
         let room = (UNPACED_WRITE_RECORDS + 1) * (config.record_target(u64::MAX) + UNIT_OVERHEAD);
@@ -733,6 +731,11 @@ fn is_urgent_stream(config: &FlushConfig, priorities: &StreamPriorities, stream:
 
 /// True when DATA of `urgency` is bulk: less urgent than the urgent cut (all of it without
 /// one).
+/// Full records in the next write, from [`WritePath::wide_write`]'s count.
+fn records_per_write(wide: Option<usize>) -> usize {
+    wide.map_or(1, |records| records.clamp(1, UNPACED_WRITE_RECORDS))
+}
+
 fn is_bulk_urgency(config: &FlushConfig, urgency: u8) -> bool {
     config
         .urgent_cut
