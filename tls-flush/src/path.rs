@@ -17,7 +17,9 @@
 //!   congestion control (cubic fills a 1,000-packet queue) and a fast path does not idle;
 //! - while the congestion window is small (under four full records), sizes records to what
 //!   the window can send now, at least one segment's payload, so that a record never
-//!   straddles the window's edge (its tail a round trip behind its head).
+//!   straddles the window's edge (its tail a round trip behind its head); in congestion
+//!   avoidance bulk records may hold half the window, ACKs freeing room all through the
+//!   round trip.
 //!
 //! Invariants: on a path whose minimum RTT is under [`MIN_PACED_RTT`] (loopback, a LAN) or
 //! without `TCP_INFO`, nothing is limited (on such a path each write may hold
@@ -37,8 +39,10 @@ use std::time::{Duration, Instant};
 ///     notsent: 0,
 ///     min_rtt: std::time::Duration::from_millis(20),
 ///     delivery_rate: 0,
+///     ssthresh: 0,
 /// };
 /// assert_eq!(state.window_bytes(), 6 * 1448);
+/// assert!(state.in_slow_start(), "no slow start threshold yet");
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PathState {
@@ -55,6 +59,9 @@ pub struct PathState {
     /// Latest delivery rate sample in bytes per second (`tcpi_delivery_rate`); zero when
     /// none yet.
     pub delivery_rate: u64,
+    /// Slow start threshold in segments (`tcpi_snd_ssthresh`); Linux reports zero while
+    /// the connection is still in its initial slow start.
+    pub ssthresh: u32,
 }
 
 impl PathState {
@@ -66,6 +73,12 @@ impl PathState {
     /// Bytes sent and not yet acknowledged.
     pub fn in_flight_bytes(&self) -> usize {
         self.unacked as usize * self.mss as usize
+    }
+
+    /// True while the window grows by what each ACK acknowledges (no threshold yet, or
+    /// the window below it); false in congestion avoidance.
+    pub fn in_slow_start(&self) -> bool {
+        self.ssthresh == 0 || self.cwnd < self.ssthresh
     }
 }
 
@@ -220,7 +233,17 @@ impl WriteBudget {
             (s.cwnd as u128 * s.mss as u128 * 1_000_000 / s.min_rtt.as_micros().max(1)) as u64;
         let margin = if small_window {
             let sendable = s.window_bytes().saturating_sub(notsent).max(mss);
-            record = record.min(sendable - RECORD_OVERHEAD.min(sendable - 1));
+            // Bulk in congestion avoidance: ACKs come back all through the round trip, so
+            // the part of a record beyond the window leaves within milliseconds. Records of
+            // half the window then, not of the segment or two each ACK frees (after an
+            // early exit from slow start that was a record per ACK: 218 records for the
+            // fixture instead of 144).
+            let fits = if urgent || s.in_slow_start() {
+                sendable
+            } else {
+                sendable.max(s.cwnd as usize * mss / 2)
+            };
+            record = record.min(fits - RECORD_OVERHEAD.min(fits - 1));
             record
         } else {
             target + WINDOW_GROWTH * drained_at(window_rate, TIMER_SLACK)

@@ -67,6 +67,7 @@ pub(crate) fn tcp_info(stream: &TcpStream) -> io::Result<crate::PathState> {
         notsent: info.tcpi_notsent_bytes,
         min_rtt: std::time::Duration::from_micros(u64::from(info.tcpi_min_rtt)),
         delivery_rate: info.tcpi_delivery_rate,
+        ssthresh: info.tcpi_snd_ssthresh,
     })
 }
 

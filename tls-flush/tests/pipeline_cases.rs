@@ -997,6 +997,7 @@ fn an_unpaced_path_packs_wide_writes_across_h2s_per_frame_flushes() {
         mss: 65_483,
         min_rtt: Duration::from_micros(30),
         delivery_rate: 0,
+        ssthresh: 0,
         acked_per_read: 1 << 30,
     });
     w.record_events = true;
@@ -1047,6 +1048,7 @@ fn an_unpaced_path_takes_writes_of_four_records() {
         mss: 65_483,
         min_rtt,
         delivery_rate: 0,
+        ssthresh: 0,
         acked_per_read: 1 << 30,
     };
     for (min_rtt, want) in [

@@ -476,7 +476,8 @@ fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
 }
 
 /// A path between a first flight (10 segments, no rate yet) and a wide, measured one, on
-/// a 20 ms or a sub-millisecond RTT, acknowledging from a byte to a window per look.
+/// a 20 ms or a sub-millisecond RTT, in slow start or congestion avoidance, acknowledging
+/// from a byte to a window per look.
 fn simulated_path() -> impl Strategy<Value = SimulatedPath> {
     (
         prop::sample::select(vec![1u32, 10, 40, 400]),
@@ -484,13 +485,15 @@ fn simulated_path() -> impl Strategy<Value = SimulatedPath> {
         prop::sample::select(vec![0u64, 20_000, 500]),
         prop::sample::select(vec![0u64, 2_500_000]),
         prop::sample::select(vec![1usize, 100, 1448, 16384]),
+        prop::sample::select(vec![0u32, 2, 20]),
     )
         .prop_map(
-            |(cwnd, mss, rtt_us, delivery_rate, acked_per_read)| SimulatedPath {
+            |(cwnd, mss, rtt_us, delivery_rate, acked_per_read, ssthresh)| SimulatedPath {
                 cwnd,
                 mss,
                 min_rtt: Duration::from_micros(rtt_us),
                 delivery_rate,
+                ssthresh,
                 acked_per_read,
             },
         )

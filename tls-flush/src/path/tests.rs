@@ -14,6 +14,7 @@ fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState 
         notsent,
         min_rtt: Duration::from_millis(20),
         delivery_rate,
+        ssthresh: 0,
     }
 }
 
@@ -27,6 +28,7 @@ fn loopback_and_unknown_paths_are_not_limited() {
         notsent: 4_000_000,
         min_rtt: Duration::from_micros(30),
         delivery_rate: 5_000_000_000,
+        ssthresh: 0,
     };
     let now = Instant::now();
     assert_eq!(
@@ -83,6 +85,44 @@ fn the_first_flight_gets_records_that_fit_the_initial_window() {
         Instant::now(),
     );
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+}
+
+#[test]
+fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
+    let mut budget = WriteBudget::default();
+    let now = Instant::now();
+    // Slow start ended at 20 segments; all of them in flight, one freed by an ACK.
+    let avoidance = PathState {
+        ssthresh: 20,
+        ..path(20, 19, 0, 0)
+    };
+    assert!(!avoidance.in_slow_start());
+    assert_eq!(
+        budget.allowance(&avoidance, RECORD, RECORD, false, now),
+        Allowance::Record(10 * 1448 - RECORD_OVERHEAD),
+        "bulk: half the window, not the one segment free now"
+    );
+    assert_eq!(
+        budget.allowance(&avoidance, RECORD, RECORD, true, now),
+        Allowance::Record(1448 - RECORD_OVERHEAD),
+        "urgent bytes still end inside what TCP can send now"
+    );
+    // That record waits unsent until ACKs free room; no second one on top of it.
+    let after = PathState {
+        notsent: 10 * 1448 - 1448,
+        ..avoidance
+    };
+    let a = budget.allowance(&after, RECORD, RECORD, false, now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // In slow start (below the threshold) each record is what the window can send now.
+    let slow_start = PathState {
+        ssthresh: 40,
+        ..avoidance
+    };
+    assert_eq!(
+        budget.allowance(&slow_start, RECORD, RECORD, false, now),
+        Allowance::Record(1448 - RECORD_OVERHEAD)
+    );
 }
 
 #[test]

@@ -729,13 +729,13 @@ fn is_urgent_stream(config: &FlushConfig, priorities: &StreamPriorities, stream:
             .is_some_and(|cut| priorities.effective(stream).urgency <= cut.max_urgency)
 }
 
-/// True when DATA of `urgency` is bulk: less urgent than the urgent cut (all of it without
-/// one).
 /// Full records in the next write, from [`WritePath::wide_write`]'s count.
 fn records_per_write(wide: Option<usize>) -> usize {
     wide.map_or(1, |records| records.clamp(1, UNPACED_WRITE_RECORDS))
 }
 
+/// True when DATA of `urgency` is bulk: less urgent than the urgent cut (all of it without
+/// one).
 fn is_bulk_urgency(config: &FlushConfig, urgency: u8) -> bool {
     config
         .urgent_cut

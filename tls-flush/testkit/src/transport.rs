@@ -136,6 +136,8 @@ pub struct SimulatedPath {
     pub min_rtt: std::time::Duration,
     /// Delivery rate reported, bytes per second (0: none measured yet).
     pub delivery_rate: u64,
+    /// Slow start threshold reported, in segments (0: still in the initial slow start).
+    pub ssthresh: u32,
     /// Bytes acknowledged at each read of the state.
     pub acked_per_read: usize,
 }
@@ -447,6 +449,7 @@ impl Wire {
             notsent: (outstanding - in_flight) as u32,
             min_rtt: path.min_rtt,
             delivery_rate: path.delivery_rate,
+            ssthresh: path.ssthresh,
         })
     }
 }
