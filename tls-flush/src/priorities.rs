@@ -215,6 +215,7 @@ impl StreamPriorities {
             || PriorityUpdate::parse(payload).map_or_else(|_| Priority::default(), |u| u.priority);
         if let Some(entry) = self.open.get_mut(&id) {
             entry.client = parse();
+            Self::relevel_hold(&mut self.armed, entry);
             Self::mark_changed(&mut self.changes, id, entry);
             return UpdateOutcome::Applied;
         }
@@ -246,6 +247,7 @@ impl StreamPriorities {
         if let Some(p) = pinned {
             let before = entry.pinned.apply_to(entry.client);
             entry.pinned = p;
+            Self::relevel_hold(&mut self.armed, entry);
             if p.apply_to(entry.client) != before {
                 Self::mark_changed(&mut self.changes, stream_id, entry);
             }
@@ -289,6 +291,17 @@ impl StreamPriorities {
             changes.ids.push(stream_id);
         } else {
             changes.overflowed = true;
+        }
+    }
+
+    /// An armed hold follows its stream's priority: a response pinned more urgent (or a
+    /// PRIORITY_UPDATE) makes DATA between the two urgencies wait for it too.
+    fn relevel_hold(armed: &mut [u32; 8], entry: &mut StreamEntry) {
+        if let Hold::Armed(u) = entry.hold {
+            let now = entry.pinned.apply_to(entry.client).urgency.min(7);
+            armed[usize::from(u)] -= 1;
+            armed[usize::from(now)] += 1;
+            entry.hold = Hold::Armed(now);
         }
     }
 
@@ -356,6 +369,15 @@ impl StreamPriorities {
                 .open
                 .values()
                 .any(|e| e.pinned.apply_to(e.client).urgency < urgency)
+    }
+
+    /// True while another stream as urgent as `urgency` or more is open and its response
+    /// body has not begun: h2 may be about to write it (a short one would go ahead of
+    /// `stream`'s). At most `max_open` entries are looked at.
+    pub(crate) fn body_awaited(&self, urgency: u8, stream: u32) -> bool {
+        self.open.iter().any(|(&id, e)| {
+            id != stream && !e.body_started && e.pinned.apply_to(e.client).urgency <= urgency
+        })
     }
 
     /// Drops expired and finished holds from the front (deadlines ascend).
@@ -508,6 +530,39 @@ mod tests {
         assert_eq!(t.take_completed(), None);
         assert_eq!(t.armed, [0; 8]);
         assert!(t.holds.is_empty());
+    }
+
+    #[test]
+    fn a_hold_follows_a_response_pinned_more_urgent() {
+        let mut t = table();
+        t.open_request(1, Priority::parse("u=3"));
+        t.open_request(3, Priority::parse("u=3"));
+        t.request_complete(1);
+        t.request_complete(3);
+        let now = Instant::now();
+        assert_eq!(
+            t.hold_deadline(3, now),
+            None,
+            "equal urgencies hold nothing"
+        );
+        assert!(t.body_awaited(3, 1), "stream 3's body has not begun");
+        // The application pins stream 3's response to u=0 (its HEADERS).
+        t.response_started(3, Some(tower_priority::PriorityParams::parse(b"u=0")));
+        assert!(
+            t.hold_deadline(3, now).is_some(),
+            "u=3 DATA now waits for the u=0 body"
+        );
+        t.response_body_started(3);
+        assert_eq!(t.hold_deadline(3, now), None);
+        assert!(!t.body_awaited(3, 1));
+        assert!(t.armed.iter().all(|&n| n <= 1), "{:?}", t.armed);
+        // A PRIORITY_UPDATE moves an armed hold too.
+        t.open_request(5, Priority::parse("u=6"));
+        t.request_complete(5);
+        assert_eq!(t.hold_deadline(3, now), None);
+        t.apply_update(0, &update(5, "u=1"));
+        assert!(t.hold_deadline(3, now).is_some());
+        assert_eq!((t.armed[1], t.armed[6]), (1, 0));
     }
 
     #[test]

@@ -249,9 +249,12 @@ impl WritePath {
             return false;
         }
         let urgency = priorities.effective(header.stream_id).urgency;
-        // A more urgent stream is open: h2 may have its frames queued behind this one, and
-        // refusing this one would keep them there until the queue drained to the soft limit.
-        if priorities.more_urgent_open(urgency) {
+        // A more urgent stream is open, or one as urgent whose body has not begun: h2 may
+        // have its frames queued behind this one, and refusing this one would keep them
+        // there until the queue drained to the soft limit.
+        if priorities.more_urgent_open(urgency)
+            || priorities.body_awaited(urgency, header.stream_id)
+        {
             return true;
         }
         let ahead = self
