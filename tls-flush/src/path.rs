@@ -144,6 +144,12 @@ const TIMER_SLACK: Duration = Duration::from_millis(2);
 /// start each ACK frees twice what it acknowledges.
 const WINDOW_GROWTH: usize = 2;
 
+/// Segments a congestion window needs before its ACKs come back spread over the round
+/// trip (a bulk record may then reach past what TCP can send now, see
+/// [`WriteBudget::allowance`]); a window of a few segments, such as a loopback peer's of
+/// 64 KiB segments, is acknowledged in one go.
+const ACK_CLOCKED_WINDOW: u32 = 8;
+
 /// What the budget allows before the next record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Allowance {
@@ -238,7 +244,7 @@ impl WriteBudget {
             // half the window then, not of the segment or two each ACK frees (after an
             // early exit from slow start that was a record per ACK: 218 records for the
             // fixture instead of 144).
-            let fits = if urgent || s.in_slow_start() {
+            let fits = if urgent || s.in_slow_start() || s.cwnd < ACK_CLOCKED_WINDOW {
                 sendable
             } else {
                 sendable.max(s.cwnd as usize * mss / 2)

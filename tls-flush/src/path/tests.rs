@@ -114,6 +114,20 @@ fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
     };
     let a = budget.allowance(&after, RECORD, RECORD, false, now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // A window of a few large segments (a loopback peer with a small receive buffer: MSS
+    // 12,288) is acknowledged in one go, not spread over the round trip.
+    let few_segments = PathState {
+        cwnd: 4,
+        unacked: 4,
+        mss: 12_288,
+        ssthresh: 2,
+        ..avoidance
+    };
+    assert_eq!(
+        budget.allowance(&few_segments, RECORD, RECORD, false, now),
+        Allowance::Record(12_288 - RECORD_OVERHEAD),
+        "one segment's record, not half the window"
+    );
     // In slow start (below the threshold) each record is what the window can send now.
     let slow_start = PathState {
         ssthresh: 40,
