@@ -159,9 +159,21 @@ async fn records_for_one_mebibyte(setup: ServerSetup) -> usize {
         .count()
 }
 
+/// The median of three connections' [`records_for_one_mebibyte`]: a connection on which h2
+/// pauses more often than usual (flow control, the task scheduler) seals more short records,
+/// and one such run should not decide the comparison.
+async fn median_records_for_one_mebibyte(setup: ServerSetup) -> usize {
+    let mut runs = Vec::with_capacity(3);
+    for _ in 0..3 {
+        runs.push(records_for_one_mebibyte(setup.clone()).await);
+    }
+    runs.sort_unstable();
+    runs[1]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
-    let stock = records_for_one_mebibyte(ServerSetup::default()).await;
+    let stock = median_records_for_one_mebibyte(ServerSetup::default()).await;
     let stock_4k = records_for_one_mebibyte(ServerSetup {
         policy: None,
         record_size: Some(4096),
@@ -174,7 +186,7 @@ async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
         "stock writes a record per frame plus a 9-byte one: {stock}"
     );
     for policy in Policy::ALL {
-        let records = records_for_one_mebibyte(ServerSetup::with_policy(policy)).await;
+        let records = median_records_for_one_mebibyte(ServerSetup::with_policy(policy)).await;
         println!("records per MiB: {policy} {records}");
         // `dynamic` starts with four small records by design (1368, 2736, 4096 and 8192
         // bytes over the first 16 KiB); they are not packing failures.
