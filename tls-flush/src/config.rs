@@ -301,10 +301,10 @@ impl FlushConfig {
     /// Each request arms at most one hold, and only once it is complete (END_STREAM seen: a
     /// request whose body never arrives holds nothing). The hold is as urgent as the
     /// stream's effective priority: a response the application pins more urgent (its
-    /// HEADERS, through [`PriorityLayer`](tower_priority::PriorityLayer)) or a PRIORITY_UPDATE
-    /// moves it. Holds wait on Tokio's timer (the
-    /// runtime needs its time driver, as `#[tokio::main]` enables), so they cost no CPU;
-    /// their total per connection is capped by
+    /// HEADERS, through [`PriorityLayer`](tower_priority::PriorityLayer)) or a
+    /// PRIORITY_UPDATE moves it. Holds wait on Tokio's timer (the runtime needs its time
+    /// driver, as `#[tokio::main]` enables), so they cost no CPU; their total per
+    /// connection is capped by
     /// [`anticipation_budget`](Self::anticipation_budget).
     pub fn anticipate(mut self, bound: Option<Duration>) -> Self {
         self.anticipate = bound;

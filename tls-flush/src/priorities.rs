@@ -247,8 +247,8 @@ impl StreamPriorities {
         if let Some(p) = pinned {
             let before = entry.pinned.apply_to(entry.client);
             entry.pinned = p;
-            Self::relevel_hold(&mut self.armed, entry);
             if p.apply_to(entry.client) != before {
+                Self::relevel_hold(&mut self.armed, entry);
                 Self::mark_changed(&mut self.changes, stream_id, entry);
             }
         }
