@@ -249,11 +249,12 @@ impl FlushConfig {
 
     /// The most the write queue takes in, counting 128 bytes per frame besides its wire
     /// bytes: the [hard limit](Self::hard_limit), and with [anticipation](Self::anticipate)
-    /// on, four 16 KiB frames more, taken only while DATA is held for an urgent response
-    /// and after h2 was refused a frame and paused for half a millisecond (h2 writes one
-    /// frame at a time with its stream state locked: refusing the frame ahead of the
-    /// urgent response would block that response until the hold's bound). A header block
-    /// already begun may come on top.
+    /// on, eight 16 KiB frames more, taken only while DATA is held for an urgent response,
+    /// four at a time, each time h2 comes back after a refused frame or writes the awaited
+    /// response's header block (h2 writes one frame at a time with its stream state locked:
+    /// refusing the frames ahead of the urgent response would block that response until the
+    /// hold's bound). Held DATA itself stops at the [soft limit](Self::soft_limit) until
+    /// such room is granted. A header block already begun may come on top.
     ///
     /// ```
     /// use tls_flush::{FlushConfig, Policy};

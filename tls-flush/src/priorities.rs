@@ -235,13 +235,17 @@ impl StreamPriorities {
     }
 
     /// h2 wrote the first response header block of `stream_id`, with this `priority`
-    /// response header (if any): what the server pinned.
-    pub(crate) fn response_started(&mut self, stream_id: u32, pinned: Option<PriorityParams>) {
-        let Some(entry) = self.open.get_mut(&stream_id) else {
-            return;
-        };
+    /// response header (if any): what the server pinned. Returns the urgency of the
+    /// stream's hold when one is armed (after the pin): less urgent DATA waits for this
+    /// response's body.
+    pub(crate) fn response_started(
+        &mut self,
+        stream_id: u32,
+        pinned: Option<PriorityParams>,
+    ) -> Option<u8> {
+        let entry = self.open.get_mut(&stream_id)?;
         if entry.response_started {
-            return;
+            return None;
         }
         entry.response_started = true;
         if let Some(p) = pinned {
@@ -251,6 +255,10 @@ impl StreamPriorities {
                 Self::relevel_hold(&mut self.armed, entry);
                 Self::mark_changed(&mut self.changes, stream_id, entry);
             }
+        }
+        match entry.hold {
+            Hold::Armed(urgency) => Some(urgency),
+            Hold::Idle | Hold::Done => None,
         }
     }
 

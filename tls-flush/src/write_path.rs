@@ -38,19 +38,22 @@ pub(crate) struct WritePath {
     decoder: PassiveDecoder,
     scheduler: Scheduler,
     settings_sent: bool,
-    overshoot: Overshoot,
+    hold_room: HoldRoom,
     h2_batch: H2Batch,
     writer: RecordWriter,
     stats: ConnectionStats,
 }
 
-/// The queue's room past the hard limit while DATA is held for an urgent response (see
-/// [`HOLD_OVERSHOOT`]): granted one step at a time, each on a wake of h2's that was not the
-/// wrapper's.
+/// The queue's room for held DATA past the soft limit while DATA is held for an urgent
+/// response (see [`HOLD_GRANT`]): granted one step at a time, each on a wake of h2's that
+/// was not the wrapper's or with the awaited response's header block, up to the queue's
+/// limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Overshoot {
-    /// Bytes taken past the hard limit (0 outside a hold).
-    allowed: usize,
+struct HoldRoom {
+    /// Bytes granted past the soft limit (0 once a hold ended).
+    granted: usize,
+    /// A hold was under way when the room was last looked at.
+    in_hold: bool,
     refusal: Refusal,
 }
 
@@ -94,7 +97,7 @@ impl WritePath {
             decoder: PassiveDecoder::new("response", stats.clone()),
             scheduler: Scheduler::new(ordering),
             settings_sent: false,
-            overshoot: Overshoot::default(),
+            hold_room: HoldRoom::default(),
             h2_batch: H2Batch::Over,
             writer: RecordWriter::default(),
             stats,
@@ -155,7 +158,7 @@ impl WritePath {
                     }
                     taken += n;
                     // h2 is not blocked (any more): a later refusal is a new one.
-                    self.overshoot.refusal = Refusal::None;
+                    self.hold_room.refusal = Refusal::None;
                     if is_streamed(&header, config) {
                         self.assembler.admit_streaming();
                     } else {
@@ -165,7 +168,7 @@ impl WritePath {
                 Step::Frame(n, header, bytes) => {
                     taken += n;
                     let bytes = self.rewrite_first_settings(header, bytes, config);
-                    self.collect_unit(header, bytes, priorities);
+                    self.collect_unit(header, bytes, config, priorities);
                 }
                 Step::Piece(n, header, bytes, last) => {
                     taken += n;
@@ -203,7 +206,8 @@ impl WritePath {
 
 impl WritePath {
     /// Whether to take the frame `header` announces now: up to the soft limit anything,
-    /// then only what would be sent ahead of the queue, up to the hard limit.
+    /// then only what would be sent ahead of the queue, up to the hard limit; DATA held for
+    /// an urgent response only within the room granted past the soft limit.
     fn admit(
         &mut self,
         header: &FrameHeader,
@@ -231,11 +235,23 @@ impl WritePath {
         if header.kind == frame::CONTINUATION && self.open_block.is_some() {
             return true;
         }
-        if queued + cost > config.hard_limit + self.hold_overshoot() {
-            if self.overshoot.refusal == Refusal::None && self.writer.is_holding_for_urgent() {
-                self.overshoot.refusal = Refusal::Refused;
+        let urgency = priorities.effective(header.stream_id).urgency;
+        let holding = self.writer.is_holding_for_urgent();
+        let held = holding && header.kind == frame::DATA && priorities.may_hold(urgency);
+        let room = self.hold_room(config);
+        let limit = if held {
+            config.soft_limit + room
+        } else {
+            config.hard_limit.max(config.soft_limit + room)
+        };
+        if queued + cost > limit {
+            if self.hold_room.refusal == Refusal::None && holding {
+                self.hold_room.refusal = Refusal::Refused;
             }
             return false;
+        }
+        if held {
+            return true;
         }
         // Past the soft limit, up to the hard limit, what would be sent ahead of the queue
         // gets in; and so does less urgent DATA while more urgent DATA is queued or its
@@ -248,7 +264,6 @@ impl WritePath {
         if !config.reorder {
             return false;
         }
-        let urgency = priorities.effective(header.stream_id).urgency;
         // A more urgent stream is open, or one as urgent whose body has not begun: h2 may
         // have its frames queued behind this one, and refusing this one would keep them
         // there until the queue drained to the soft limit.
@@ -268,26 +283,35 @@ impl WritePath {
                 .is_some_and(|most| most < urgency)
     }
 
-    /// How far past the hard limit a frame may be taken: nothing outside a hold; during one,
-    /// one more [`HOLD_GRANT`] each time h2 offers a frame again after a refusal reached it,
-    /// up to [`HOLD_OVERSHOOT`].
-    fn hold_overshoot(&mut self) -> usize {
-        if !self.writer.is_holding_for_urgent() {
-            self.overshoot = Overshoot::default();
-        } else if self.overshoot.refusal == Refusal::Returned {
-            self.overshoot = Overshoot {
-                allowed: (self.overshoot.allowed + HOLD_GRANT).min(HOLD_OVERSHOOT),
-                refusal: Refusal::None,
-            };
+    /// How far past the soft limit held DATA may be taken: one more [`HOLD_GRANT`] each time
+    /// h2 offers a frame again after a refusal reached it during a hold (see
+    /// [`Refusal::Returned`]), and one when the awaited response's header block arrived
+    /// (perhaps just before the hold began: a response pinned more urgent re-levels it);
+    /// nothing once a hold ended.
+    fn hold_room(&mut self, config: &FlushConfig) -> usize {
+        let holding = self.writer.is_holding_for_urgent();
+        if self.hold_room.in_hold && !holding {
+            self.hold_room = HoldRoom::default();
         }
-        self.overshoot.allowed
+        self.hold_room.in_hold = holding;
+        if holding && self.hold_room.refusal == Refusal::Returned {
+            self.hold_room.refusal = Refusal::None;
+            self.grant(config);
+        }
+        self.hold_room.granted
+    }
+
+    /// One more [`HOLD_GRANT`] of room past the soft limit, up to the queue's limit.
+    fn grant(&mut self, config: &FlushConfig) {
+        let most = config.queue_limit().saturating_sub(config.soft_limit);
+        self.hold_room.granted = (self.hold_room.granted + HOLD_GRANT).min(most);
     }
 
     /// h2's write is about to return `Pending`: a frame refused during a hold has reached
     /// h2 (see [`Refusal::Returned`]).
     pub(crate) fn refusal_returned(&mut self) {
-        if self.overshoot.refusal == Refusal::Refused {
-            self.overshoot.refusal = Refusal::Returned;
+        if self.hold_room.refusal == Refusal::Refused {
+            self.hold_room.refusal = Refusal::Returned;
         }
     }
 
@@ -338,7 +362,7 @@ impl WritePath {
             .is_some_and(|open| !continues(open))
         {
             if let Some((first, block)) = self.open_block.take() {
-                observe_response_headers(first, &block, &mut self.decoder, priorities);
+                let _ = observe_response_headers(first, &block, &mut self.decoder, priorities);
                 self.scheduler.push(first, block.freeze(), priorities);
             }
         }
@@ -348,6 +372,7 @@ impl WritePath {
         &mut self,
         header: FrameHeader,
         bytes: Bytes,
+        config: &FlushConfig,
         priorities: &mut StreamPriorities,
     ) {
         let open_block = &mut self.open_block;
@@ -373,7 +398,17 @@ impl WritePath {
             (header, bytes)
         };
         if unit_header.is_header_block() {
-            observe_response_headers(unit_header, &unit, &mut self.decoder, priorities);
+            let awaited =
+                observe_response_headers(unit_header, &unit, &mut self.decoder, priorities);
+            if awaited.is_some_and(|urgency| {
+                self.scheduler
+                    .least_urgent_queued(priorities)
+                    .is_some_and(|least| urgency < least)
+            }) {
+                // Held DATA waits for this response's body, which is next in h2 behind at
+                // most a frame of each stream h2 round-robins.
+                self.grant(config);
+            }
         }
         if unit_header.kind == frame::DATA
             || (unit_header.kind == frame::HEADERS && unit_header.end_stream())
@@ -384,18 +419,24 @@ impl WritePath {
     }
 }
 
-/// How far past the hard limit frames are taken on each wake of h2's while DATA is held for
-/// an urgent response: four 16 KiB frames. h2 writes one frame at a time with its stream
-/// state locked, so the urgent response joins h2's queue only once h2 is blocked on a
-/// refused frame, and then behind that frame and one frame of each stream h2
-/// round-robins; refusing those would block h2 until the hold's bound, holding the urgent
-/// response back with it. Granting only on a wake that was not the wrapper's keeps the
-/// room for the urgent response's task, however late it runs, instead of spending it on
-/// less urgent frames that h2 offers right away.
+/// How much more held DATA the queue takes past the soft limit each time h2 comes back
+/// after a refusal while DATA is held for an urgent response, and when h2 writes the
+/// awaited response's header block: four 16 KiB frames.
+///
+/// Held DATA stops at the soft limit: nothing of it leaves during the hold, and taking it
+/// on would keep h2's task and the less urgent responses' tasks running at memory speed,
+/// on the workers the urgent response's handler waits for (on a busy two-worker runtime
+/// the queue used to reach the hard limit before the handler ran). h2 writes one frame at
+/// a time with its stream state locked, so the urgent response joins h2's queue only once
+/// h2 is blocked on a refused frame, and then behind that frame and one frame of each
+/// stream h2 round-robins; its body follows its header block the same way. Granting only
+/// on a wake that was not the wrapper's keeps the room for the urgent response's task,
+/// however late it runs, instead of spending it on less urgent frames that h2 offers right
+/// away.
 pub(crate) const HOLD_GRANT: usize = 4 * (16384 + frame::HEADER_LEN + UNIT_OVERHEAD);
 
-/// The most taken past the hard limit during one hold: two grants (one may go to a wake of
-/// h2's for something else, a client frame read, say).
+/// How far past the hard limit grants may take the queue during one hold: two grants (with
+/// a soft limit close to the hard one).
 pub(crate) const HOLD_OVERSHOOT: usize = 2 * HOLD_GRANT;
 
 /// Frames up to this size are held whole even when the hard limit is set lower.
@@ -409,13 +450,14 @@ fn is_streamed(header: &FrameHeader, config: &FlushConfig) -> bool {
 }
 
 /// Decodes an outgoing header block (keeping the mirrored HPACK state in step) and records
-/// what the server pinned in its `priority` response header.
+/// what the server pinned in its `priority` response header. When it begins a response whose
+/// hold is armed, returns the hold's urgency.
 fn observe_response_headers(
     first: FrameHeader,
     unit: &[u8],
     decoder: &mut PassiveDecoder,
     priorities: &mut StreamPriorities,
-) {
+) -> Option<u8> {
     let mut block = Vec::new();
     let mut rest = unit;
     while let Some(h) = FrameHeader::parse(rest) {
@@ -433,6 +475,8 @@ fn observe_response_headers(
             Some(PriorityField::Value(value)) => Some(PriorityParams::parse(value)),
             Some(PriorityField::Absent | PriorityField::TooLong) | None => None,
         };
-        priorities.response_started(first.stream_id, pinned);
+        priorities.response_started(first.stream_id, pinned)
+    } else {
+        None
     }
 }

@@ -863,12 +863,12 @@ fn the_first_flight_shares_one_record_with_the_first_data() {
 }
 
 /// Anticipation does not block h2 on the frame before the urgent response: while DATA is
-/// held for an urgent response, a frame refused at the hard limit is taken after a short
-/// pause, and so are frames up to four 16 KiB frames past the limit (h2 writes one frame
-/// at a time with its stream state locked, so the urgent response joins h2's queue only
-/// once h2 is blocked, behind the refused frame and at most a frame of each stream it
-/// round-robins); nothing held leaves before the urgent response. Past that, and without
-/// a hold, the limit holds.
+/// held for an urgent response, a frame refused at the soft limit is taken once h2 comes
+/// back, and so are up to four 16 KiB frames each time, past the hard limit if need be
+/// (h2 writes one frame at a time with its stream state locked, so the urgent response
+/// joins h2's queue only once h2 is blocked, behind the refused frame and at most a frame
+/// of each stream it round-robins); nothing held leaves before the urgent response. Past
+/// the queue's limit, and without a hold past the hard limit, the limit holds.
 ///
 /// Regression: on the relay link a hold (5 ms) filled the queue to the hard limit with
 /// background DATA; h2, blocked on the next background frame, could not hand over the
@@ -927,18 +927,20 @@ fn a_hold_takes_a_few_frames_past_the_hard_limit_so_h2_is_not_blocked() {
     assert!(h.stats().queued_memory_high_water <= hard as u64);
 }
 
-/// The room past the hard limit during a hold is granted only when h2 offers a refused
-/// frame again after its write returned `Pending` (so another task woke it, typically the
-/// urgent response's), a few frames per grant, up to `queue_limit`: never on the call that
-/// refused it, so h2 cannot spend the room on background frames before the urgent
-/// response's task has run.
+/// During a hold, held DATA stops at the soft limit; room past it is granted only when h2
+/// offers a refused frame again after its write returned `Pending` (so another task woke
+/// it, typically the urgent response's), a few frames per grant, up to `queue_limit`:
+/// never on the call that refused it, so h2 cannot spend the room on background frames
+/// before the urgent response's task has run.
 ///
 /// Regression: the room used to open half a millisecond after the first refusal, whoever
 /// polled; h2 spent it on background frames at once while the critical handler had not
 /// run yet (two busy workers), and about one relay `simultaneous` run in 30 took 1.5-5x
-/// the floor.
+/// the floor. And held DATA used to fill the queue to the hard limit before any grant:
+/// h2's task and the background responses' tasks ran on at memory speed meanwhile, the
+/// critical handler's task waited for a worker, and the grants ran out before it came.
 #[test]
-fn a_hold_grants_room_past_the_hard_limit_only_when_h2_comes_back() {
+fn a_hold_grants_room_past_the_soft_limit_only_when_h2_comes_back() {
     let hard = 40 * 1024;
     let (mut h, limit) = holding_for_urgent(hard);
     let limit = limit as u64;
@@ -964,7 +966,7 @@ fn a_hold_grants_room_past_the_hard_limit_only_when_h2_comes_back() {
         }
     };
     assert!(offer_until_refused(&mut h) > 0);
-    assert!(h.stats().queued_memory_high_water <= hard as u64);
+    assert!(h.stats().queued_memory_high_water <= 16 * 1024);
     let mut grants = Vec::new();
     loop {
         let taken = offer_until_refused(&mut h);
@@ -975,13 +977,55 @@ fn a_hold_grants_room_past_the_hard_limit_only_when_h2_comes_back() {
         assert!(grants.len() < 10, "grants never end: {grants:?}");
     }
     let high = h.stats().queued_memory_high_water;
+    // The last grant is cut at the queue's limit.
     assert!(
-        grants.len() >= 2 && grants.iter().all(|&n| n >= 4),
+        grants.len() >= 2 && grants[..grants.len() - 1].iter().all(|&n| n >= 4),
         "{grants:?}"
     );
     assert!(
         high > hard as u64 && high <= limit && high + frame.len() as u64 + 128 > limit,
         "high water {high}, hard limit {hard}, queue limit {limit}, grants {grants:?}"
+    );
+}
+
+/// During a hold, the awaited response's header block opens one more grant by itself: its
+/// body follows it in h2, behind at most a frame of each stream h2 round-robins, and no
+/// other task will wake h2 for it (the handler wrote the header block and the body in one
+/// go, and its wake was spent on the header block).
+#[test]
+fn the_awaited_response_header_block_grants_room_for_its_body() {
+    let hard = 40 * 1024;
+    let (mut h, _) = holding_for_urgent(hard);
+    h.write_all(&encode_all(&[settings_frame(0, &[]), response_headers(1)]))
+        .unwrap();
+    let frame = data(1, 0, 8000, false).encode();
+    let offer_until_refused = |h: &mut Harness| {
+        let mut taken = 0;
+        while let Poll::Ready(written) = h
+            .poll_once("poll_write", |s, cx| s.poll_write(cx, &frame))
+            .unwrap()
+        {
+            assert_eq!(written.unwrap(), frame.len());
+            taken += 1;
+            assert!(taken < 1000, "the queue never refuses");
+        }
+        taken
+    };
+    assert!(offer_until_refused(&mut h) > 0);
+    // h2 comes back with the urgent response's header block: one grant for coming back,
+    // one for the header block.
+    let urgent = response_headers(3).encode();
+    let written = h
+        .poll_once("poll_write", |s, cx| s.poll_write(cx, &urgent))
+        .unwrap();
+    assert!(
+        matches!(written, Poll::Ready(Ok(n)) if n == urgent.len()),
+        "{written:?}"
+    );
+    let taken = offer_until_refused(&mut h);
+    assert!(
+        taken >= 12,
+        "{taken} frames of 8 KiB taken after the header block: two grants expected"
     );
 }
 

@@ -10,8 +10,9 @@
 //!   (cork), only when the caller flushes ([`Drive::Flush`]), and never when it holds a
 //!   unit of an urgent stream;
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
-//!   meanwhile, each time h2 offers a refused frame again after another task woke it, the
-//!   queue takes a few frames past the hard limit, so that h2 is not blocked on a frame
+//!   meanwhile held DATA stops at the soft limit, and each time h2 offers a refused frame
+//!   again after another task woke it (and when the awaited response's header block
+//!   arrives), the queue takes a few frames more, so that h2 is not blocked on a frame
 //!   ahead of the urgent response (see [`super::HOLD_GRANT`]);
 //!   [`Drive::Drain`] holds nothing;
 //! - a record starts only within the write budget ([`crate::path`]): bulk DATA waits on a
