@@ -1,5 +1,5 @@
 //! What an accept error means, and how long to wait before the next `accept`: shared by
-//! [`serve`](crate::serve) and [`FlushListener`](crate::FlushListener), so that both treat
+//! [`serve`](fn@crate::serve) and [`FlushListener`](crate::FlushListener), so that both treat
 //! `EMFILE` and a reset pending connection the same way.
 //!
 //! Invariant: an error about one pending connection never delays the next one; resource

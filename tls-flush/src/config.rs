@@ -297,7 +297,10 @@ impl FlushConfig {
     /// begin, holds that DATA back for at most `bound` after the request completed (default
     /// 5 ms for [`Policy::Scheduled`], off otherwise; only with [`reorder`](Self::reorder)).
     /// At connection start the downstream is empty, so without it the first bulk frames
-    /// would leave before an urgent response requested in the same flight exists.
+    /// would leave before an urgent response requested in the same flight exists. Until the
+    /// connection's first DATA, DATA also waits for complete requests as urgent whose
+    /// responses have not begun: the application may pin one more urgent (a page's
+    /// requests often arrive together, all at the default urgency).
     ///
     /// Each request arms at most one hold, and only once it is complete (END_STREAM seen: a
     /// request whose body never arrives holds nothing). The hold is as urgent as the

@@ -369,6 +369,33 @@ impl StreamPriorities {
             .any(|&n| n > 0)
     }
 
+    /// True while a complete request as urgent as `urgency` or more has an armed hold and no
+    /// response header block yet: before the connection's first DATA, DATA of `urgency`
+    /// waits for it too, since the application may pin that response more urgent (the
+    /// requests of a page load often arrive together, all at the default urgency). At most
+    /// `max_open` holds are looked at.
+    pub(crate) fn may_hold_first_data(&self, urgency: u8) -> bool {
+        self.holds
+            .iter()
+            .any(|&(id, _, _)| self.awaits_first_response(id, urgency))
+    }
+
+    /// The deadline of the first hold [`may_hold_first_data`](Self::may_hold_first_data)
+    /// looks for.
+    pub(crate) fn first_data_deadline(&mut self, urgency: u8, now: Instant) -> Option<Instant> {
+        self.prune_holds(now);
+        self.holds
+            .iter()
+            .find(|&&(id, _, _)| self.awaits_first_response(id, urgency))
+            .map(|h| h.2)
+    }
+
+    fn awaits_first_response(&self, id: u32, urgency: u8) -> bool {
+        self.open.get(&id).is_some_and(|e| {
+            !e.response_started && matches!(e.hold, Hold::Armed(u) if u <= urgency)
+        })
+    }
+
     /// True while a stream more urgent than `urgency` is open (its response not finished):
     /// h2 may be about to write its frames. At most `max_open` entries are looked at.
     pub(crate) fn more_urgent_open(&self, urgency: u8) -> bool {

@@ -237,7 +237,10 @@ impl WritePath {
         }
         let urgency = priorities.effective(header.stream_id).urgency;
         let holding = self.writer.is_holding_for_urgent();
-        let held = holding && header.kind == frame::DATA && priorities.may_hold(urgency);
+        let held = holding
+            && header.kind == frame::DATA
+            && (priorities.may_hold(urgency)
+                || self.writer.before_first_data() && priorities.may_hold_first_data(urgency));
         let room = self.hold_room(config);
         let limit = if held {
             config.soft_limit + room

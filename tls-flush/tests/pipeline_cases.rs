@@ -927,6 +927,51 @@ fn a_hold_takes_a_few_frames_past_the_hard_limit_so_h2_is_not_blocked() {
     assert!(h.stats().queued_memory_high_water <= hard as u64);
 }
 
+/// Before the connection's first DATA, DATA also waits (up to the anticipation bound) for
+/// complete requests as urgent whose responses have not begun: the application may pin one
+/// more urgent, as a page's critical resource is, while the requests of a page load often
+/// arrive together at the default urgency.
+///
+/// The client asked for streams 1 and 3, both without a priority (`u=3`); h2 writes stream
+/// 1's response first. Stream 1's DATA stays queued across flushes until stream 3's header
+/// block arrives, pinned `u=0`, and stream 3's DATA leaves first.
+///
+/// Regression: on the relay link with all requests at `u=3` (the lab's `equal`
+/// urgencies), the critical handler ran up to 3 ms after the requests were read, while
+/// background DATA went out in 64 KiB writes; its response, pinned `u=0`, then waited
+/// behind them: about one `simultaneous` run in four took 2.5-4.2x the floor.
+#[test]
+fn before_the_first_data_equally_urgent_responses_are_awaited() {
+    let client = client_with_requests(&[(1, None), (3, None)]);
+    let start = [
+        settings_frame(0, &[]),
+        response_headers(1),
+        data(1, 0, 8000, true),
+    ];
+    let head_len = start[0].wire_len() + start[1].wire_len();
+    let mut h = started(
+        preset(Policy::Scheduled).anticipate(Some(Duration::from_secs(600))),
+        Wire::open(Buffering::Reported, client),
+    );
+    h.write_all(&encode_all(&start)).unwrap();
+    for _ in 0..3 {
+        h.flush().unwrap();
+        assert!(
+            h.last_poll_woke,
+            "a flush holding DATA must ask to be polled again"
+        );
+        assert_eq!(h.output().len(), head_len, "stream 1's DATA must wait");
+    }
+    let pinned = Frame::new(HEADERS, END_HEADERS, 3, response_block(Some("u=0"), 0));
+    let urgent = [pinned, data(3, 0, 100, true)];
+    h.write_all(&encode_all(&urgent)).unwrap();
+    let input: Vec<Frame> = start.iter().chain(&urgent).cloned().collect();
+    let (out, perm) = delivered(&mut h, &input);
+    check_header_blocks(&out, &perm).unwrap();
+    let order: Vec<(u8, u32)> = out.iter().map(|f| (f.kind, f.stream())).collect();
+    assert_eq!(order[2..], [(HEADERS, 3), (DATA, 3), (DATA, 1)], "{out:?}");
+}
+
 /// During a hold, held DATA stops at the soft limit; room past it is granted only when h2
 /// offers a refused frame again after its write returned `Pending` (so another task woke
 /// it, typically the urgent response's), a few frames per grant, up to `queue_limit`:

@@ -112,6 +112,8 @@ pub(super) struct RecordWriter {
     paced_until: Option<Instant>,
     pace_timer: Timer,
     first_flight: FirstFlight,
+    /// Some DATA (or a response without any) was put into a record on this connection.
+    data_begun: bool,
 }
 
 impl Default for RecordWriter {
@@ -130,6 +132,7 @@ impl Default for RecordWriter {
             paced_until: None,
             pace_timer: Timer::default(),
             first_flight: FirstFlight::Open,
+            data_begun: false,
         }
     }
 }
@@ -161,6 +164,12 @@ impl RecordWriter {
     /// True while less urgent DATA is held for an urgent response.
     pub(super) fn is_holding_for_urgent(&self) -> bool {
         self.hold_until.is_some()
+    }
+
+    /// True until the connection's first DATA goes into a record: until then DATA also
+    /// waits for responses as urgent (see [`StreamPriorities::may_hold_first_data`]).
+    pub(super) fn before_first_data(&self) -> bool {
+        !self.data_begun
     }
 
     fn seal(&mut self, cut: bool) {
@@ -613,6 +622,7 @@ impl WritePath {
             if at == 0 && (frame.is_data() || frame.ends_stream) {
                 // DATA to share the first record with, or a response without any.
                 self.writer.first_flight = FirstFlight::Over;
+                self.writer.data_begun = true;
             }
             let w = &mut self.writer;
             w.holds_bulk |= class == UnitClass::Bulk;
@@ -661,19 +671,26 @@ impl WritePath {
         if !config.reorder || config.anticipate.is_none() {
             return false;
         }
+        let first = self.writer.before_first_data();
         let next = match mode {
             Drive::Drain => None,
             _ => self
                 .scheduler
                 .next_data_urgency(priorities)
-                .filter(|&u| priorities.may_hold(u)),
+                .filter(|&u| priorities.may_hold(u) || first && priorities.may_hold_first_data(u)),
         };
         if next.is_none() && !self.hold.is_holding() {
             self.writer.hold_until = None;
             return false;
         }
         let now = Instant::now();
-        let wanted = next.and_then(|u| priorities.hold_deadline(u, now));
+        let wanted = next.and_then(|u| {
+            priorities.hold_deadline(u, now).or_else(|| {
+                first
+                    .then(|| priorities.first_data_deadline(u, now))
+                    .flatten()
+            })
+        });
         self.writer.hold_until = self.hold.update(wanted, now);
         self.writer.hold_until.is_some()
     }
