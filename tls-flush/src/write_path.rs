@@ -67,7 +67,7 @@ enum H2Batch {
     Over,
 }
 
-/// Where h2 stands with the last frame refused past the limit during a hold.
+/// Where h2 stands with the last frame refused past a limit (what matters during a hold).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Refusal {
     /// Nothing refused since the last grant.
@@ -248,7 +248,10 @@ impl WritePath {
             config.hard_limit.max(config.soft_limit + room)
         };
         if queued + cost > limit {
-            if self.hold_room.refusal == Refusal::None && holding {
+            // Also outside a hold: h2 may be blocked on this frame when a hold begins (a
+            // late urgent request read while the queue is full), and the urgent handler's
+            // wake that brings h2 back must count as a comeback then.
+            if self.hold_room.refusal == Refusal::None {
                 self.hold_room.refusal = Refusal::Refused;
             }
             return false;
