@@ -237,10 +237,8 @@ impl WritePath {
         }
         let urgency = priorities.effective(header.stream_id).urgency;
         let holding = self.writer.is_holding_for_urgent();
-        let held = holding
-            && header.kind == frame::DATA
-            && (priorities.may_hold(urgency)
-                || self.writer.before_first_data() && priorities.may_hold_first_data(urgency));
+        let held =
+            holding && header.kind == frame::DATA && self.writer.holds_back(urgency, priorities);
         let room = self.hold_room(config);
         let limit = if held {
             config.soft_limit + room
@@ -313,8 +311,8 @@ impl WritePath {
         self.hold_room.granted = (self.hold_room.granted + HOLD_GRANT).min(most);
     }
 
-    /// h2's write is about to return `Pending`: a frame refused during a hold has reached
-    /// h2 (see [`Refusal::Returned`]).
+    /// h2's write is about to return `Pending`: a refused frame has reached h2 (see
+    /// [`Refusal::Returned`]; counted when h2 comes back during a hold).
     pub(crate) fn refusal_returned(&mut self) {
         if self.hold_room.refusal == Refusal::Refused {
             self.hold_room.refusal = Refusal::Returned;

@@ -82,6 +82,34 @@ fn absorb_frame(h: &mut Harness, f: &Frame) -> Result<(), String> {
     }
 }
 
+/// Offers `frame` in one `poll_write` after another, each expected to take it whole, until
+/// one returns `Pending` (the frame refused); returns how many were taken.
+fn offer_until_refused(h: &mut Harness, frame: &[u8]) -> usize {
+    let mut taken = 0;
+    while let Poll::Ready(written) = h
+        .poll_once("poll_write", |s, cx| s.poll_write(cx, frame))
+        .unwrap()
+    {
+        assert_eq!(written.unwrap(), frame.len());
+        taken += 1;
+        assert!(taken < 1000, "the queue never refuses");
+    }
+    taken
+}
+
+/// Flushes three times, expecting nothing past the first `head_len` bytes to leave (DATA
+/// held for a response) and each flush to ask to be polled again.
+fn assert_data_held(h: &mut Harness, head_len: usize, what: &str) {
+    for _ in 0..3 {
+        h.flush().unwrap();
+        assert!(
+            h.last_poll_woke,
+            "a flush holding DATA must ask to be polled again"
+        );
+        assert_eq!(h.output().len(), head_len, "{what}");
+    }
+}
+
 /// Property (8) setup: the client asked for streams 1 and 3 at `u=5, i` and stream 5 at
 /// `u=0` (read before any write); the transport is blocked before h2's first write and every
 /// frame is absorbed while it accepts nothing; then it opens (waking the task) and the
@@ -280,14 +308,7 @@ fn scheduled_anticipation_holds_bulk_data_until_the_urgent_response_begins_or_th
         Wire::open(Buffering::Reported, client.clone()),
     );
     h.write_all(&encode_all(&start)).unwrap();
-    for _ in 0..3 {
-        h.flush().unwrap();
-        assert!(
-            h.last_poll_woke,
-            "a flush holding DATA must ask to be polled again"
-        );
-        assert_eq!(h.output().len(), head_len, "stream 1's DATA must wait");
-    }
+    assert_data_held(&mut h, head_len, "stream 1's DATA must wait");
     assert_eq!(h.stats().anticipation_holds, 1);
     let urgent = [response_headers(3), data(3, 0, 100, true)];
     h.write_all(&encode_all(&urgent)).unwrap();
@@ -954,14 +975,7 @@ fn before_the_first_data_equally_urgent_responses_are_awaited() {
         Wire::open(Buffering::Reported, client),
     );
     h.write_all(&encode_all(&start)).unwrap();
-    for _ in 0..3 {
-        h.flush().unwrap();
-        assert!(
-            h.last_poll_woke,
-            "a flush holding DATA must ask to be polled again"
-        );
-        assert_eq!(h.output().len(), head_len, "stream 1's DATA must wait");
-    }
+    assert_data_held(&mut h, head_len, "stream 1's DATA must wait");
     let pinned = Frame::new(HEADERS, END_HEADERS, 3, response_block(Some("u=0"), 0));
     let urgent = [pinned, data(3, 0, 100, true)];
     h.write_all(&encode_all(&urgent)).unwrap();
@@ -992,29 +1006,11 @@ fn a_hold_grants_room_past_the_soft_limit_only_when_h2_comes_back() {
     h.write_all(&encode_all(&[settings_frame(0, &[]), response_headers(1)]))
         .unwrap();
     let frame = data(1, 0, 8000, false).encode();
-    // Frames taken before the next one is refused (the call returns `Pending`).
-    let offer_until_refused = |h: &mut Harness| {
-        let mut taken = 0;
-        loop {
-            match h
-                .poll_once("poll_write", |s, cx| s.poll_write(cx, &frame))
-                .unwrap()
-            {
-                Poll::Ready(Ok(n)) => {
-                    assert_eq!(n, frame.len());
-                    taken += 1;
-                    assert!(taken < 1000, "the queue never refuses");
-                }
-                Poll::Ready(Err(e)) => panic!("write failed: {e}"),
-                Poll::Pending => return taken,
-            }
-        }
-    };
-    assert!(offer_until_refused(&mut h) > 0);
+    assert!(offer_until_refused(&mut h, &frame) > 0);
     assert!(h.stats().queued_memory_high_water <= 16 * 1024);
     let mut grants = Vec::new();
     loop {
-        let taken = offer_until_refused(&mut h);
+        let taken = offer_until_refused(&mut h, &frame);
         if taken == 0 {
             break;
         }
@@ -1066,15 +1062,7 @@ fn a_frame_refused_before_the_hold_began_is_taken_when_h2_comes_back() {
     h.set_blocked(true);
     // Three fit under the limits (both 16 KiB), with room to spare.
     let frame = data(1, 0, 5000, false).encode();
-    let mut taken = 0;
-    while let Poll::Ready(written) = h
-        .poll_once("poll_write", |s, cx| s.poll_write(cx, &frame))
-        .unwrap()
-    {
-        assert_eq!(written.unwrap(), frame.len());
-        taken += 1;
-        assert!(taken < 100, "the queue never refuses");
-    }
+    assert_eq!(offer_until_refused(&mut h, &frame), 3);
     // The urgent request arrives; the transport drains again, the held DATA stays.
     h.read_all_client().unwrap();
     h.set_blocked(false);
@@ -1099,19 +1087,7 @@ fn the_awaited_response_header_block_grants_room_for_its_body() {
     h.write_all(&encode_all(&[settings_frame(0, &[]), response_headers(1)]))
         .unwrap();
     let frame = data(1, 0, 8000, false).encode();
-    let offer_until_refused = |h: &mut Harness| {
-        let mut taken = 0;
-        while let Poll::Ready(written) = h
-            .poll_once("poll_write", |s, cx| s.poll_write(cx, &frame))
-            .unwrap()
-        {
-            assert_eq!(written.unwrap(), frame.len());
-            taken += 1;
-            assert!(taken < 1000, "the queue never refuses");
-        }
-        taken
-    };
-    assert!(offer_until_refused(&mut h) > 0);
+    assert!(offer_until_refused(&mut h, &frame) > 0);
     // h2 comes back with the urgent response's header block: one grant for coming back,
     // one for the header block.
     let urgent = response_headers(3).encode();
@@ -1122,7 +1098,7 @@ fn the_awaited_response_header_block_grants_room_for_its_body() {
         matches!(written, Poll::Ready(Ok(n)) if n == urgent.len()),
         "{written:?}"
     );
-    let taken = offer_until_refused(&mut h);
+    let taken = offer_until_refused(&mut h, &frame);
     assert!(
         taken >= 12,
         "{taken} frames of 8 KiB taken after the header block: two grants expected"

@@ -168,8 +168,16 @@ impl RecordWriter {
 
     /// True until the connection's first DATA goes into a record: until then DATA also
     /// waits for responses as urgent (see [`StreamPriorities::may_hold_first_data`]).
-    pub(super) fn before_first_data(&self) -> bool {
+    fn before_first_data(&self) -> bool {
         !self.data_begun
+    }
+
+    /// True while DATA of `urgency` may wait for a response that has not begun: a more
+    /// urgent one, or before the connection's first DATA, one as urgent. What a hold keeps
+    /// back, and what the queue takes only up to the soft limit during one.
+    pub(super) fn holds_back(&self, urgency: u8, priorities: &StreamPriorities) -> bool {
+        priorities.may_hold(urgency)
+            || self.before_first_data() && priorities.may_hold_first_data(urgency)
     }
 
     fn seal(&mut self, cut: bool) {
@@ -677,7 +685,7 @@ impl WritePath {
             _ => self
                 .scheduler
                 .next_data_urgency(priorities)
-                .filter(|&u| priorities.may_hold(u) || first && priorities.may_hold_first_data(u)),
+                .filter(|&u| self.writer.holds_back(u, priorities)),
         };
         if next.is_none() && !self.hold.is_holding() {
             self.writer.hold_until = None;
