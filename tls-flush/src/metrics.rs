@@ -23,6 +23,7 @@
 //! | `tls_flush.priority_values_too_long` | counter | | | requests whose `priority` lines exceeded 1 KiB (default priority) |
 //! | `tls_flush.tcp_info_reads` | counter | | | times the write budget read `TCP_INFO` |
 //! | `tls_flush.budget_waits` | counter | | | times bulk DATA waited for TCP to send what it holds |
+//! | `tls_flush.budget_cap_lifts` | counter | | | times the write budget stopped capping bytes in flight because another flow filled the path's queue |
 //! | `tls_flush.queue.high_water` | histogram | bytes | | per connection: the most wire bytes its write queue held |
 //! | `tls_flush.queue.memory_high_water` | histogram | bytes | | per connection: the most memory its write queue accounted for |
 //!
@@ -53,6 +54,7 @@ const HPACK_FAILURES: &str = "tls_flush.hpack_failures";
 const TOO_LONG: &str = "tls_flush.priority_values_too_long";
 const TCP_INFO_READS: &str = "tls_flush.tcp_info_reads";
 const BUDGET_WAITS: &str = "tls_flush.budget_waits";
+const BUDGET_CAP_LIFTS: &str = "tls_flush.budget_cap_lifts";
 const QUEUE_HIGH_WATER: &str = "tls_flush.queue.high_water";
 const QUEUE_MEMORY_HIGH_WATER: &str = "tls_flush.queue.memory_high_water";
 
@@ -99,6 +101,10 @@ pub fn describe() {
         "Times bulk DATA waited for TCP to send what it holds"
     );
     describe_counter!(
+        BUDGET_CAP_LIFTS,
+        "Times the write budget stopped capping bytes in flight because another flow filled the path's queue"
+    );
+    describe_counter!(
         TOO_LONG,
         "Requests whose priority field lines exceeded 1 KiB"
     );
@@ -133,6 +139,7 @@ pub(crate) struct Handles {
     pub(crate) bytes_read: Counter,
     pub(crate) tcp_info_reads: Counter,
     pub(crate) budget_waits: Counter,
+    pub(crate) budget_cap_lifts: Counter,
     pub(crate) queue_high_water: Histogram,
     pub(crate) queue_memory_high_water: Histogram,
 }
@@ -156,6 +163,7 @@ impl Default for Handles {
             bytes_read: counter!(BYTES_READ),
             tcp_info_reads: counter!(TCP_INFO_READS),
             budget_waits: counter!(BUDGET_WAITS),
+            budget_cap_lifts: counter!(BUDGET_CAP_LIFTS),
             queue_high_water: histogram!(QUEUE_HIGH_WATER),
             queue_memory_high_water: histogram!(QUEUE_MEMORY_HIGH_WATER),
         }

@@ -15,6 +15,16 @@
 //!   growing for three round trips, plus a record and what drains during a timer wait, so
 //!   a deep bottleneck queue does not fill with less urgent bytes under a loss-based
 //!   congestion control (cubic fills a 1,000-packet queue) and a fast path does not idle;
+//! - lifts that cap where the standing queue is someone else's: while the cap holds bytes
+//!   back, a smoothed RTT well above what the cap itself lets us queue (more than
+//!   `gain + 1/2` minimum RTTs) means another flow fills the bottleneck. Holding back cannot
+//!   drain that queue (a more urgent response waits behind it whatever we send) and only
+//!   hands our share to the other flow (a cubic download from `scheduled` got 0.55x stock's
+//!   throughput against a cubic competitor filling a 1,000-packet queue). The budget then
+//!   sends like stock (the congestion window and the kernel's margin only) until the queue
+//!   is gone, and tests again every [`SHARED_QUEUE_RETEST`] whether the queue has become
+//!   its own (restraint again, judged once its own queue had a round trip to drain), as
+//!   BBR re-probes its minimum RTT;
 //! - while the congestion window is small (under four full records), sizes records to what
 //!   the window can send now, at least one segment's payload, so that a record never
 //!   straddles the window's edge (its tail a round trip behind its head); in congestion
@@ -40,6 +50,8 @@ use std::time::{Duration, Instant};
 ///     min_rtt: std::time::Duration::from_millis(20),
 ///     delivery_rate: 0,
 ///     ssthresh: 0,
+///     srtt: std::time::Duration::from_millis(21),
+///     retransmits: 0,
 /// };
 /// assert_eq!(state.window_bytes(), 6 * 1448);
 /// assert!(state.in_slow_start(), "no slow start threshold yet");
@@ -62,6 +74,10 @@ pub struct PathState {
     /// Slow start threshold in segments (`tcpi_snd_ssthresh`); Linux reports zero while
     /// the connection is still in its initial slow start.
     pub ssthresh: u32,
+    /// Smoothed round-trip time (`tcpi_rtt`); zero when not measured yet.
+    pub srtt: Duration,
+    /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
+    pub retransmits: u32,
 }
 
 impl PathState {
@@ -136,6 +152,15 @@ const STARTUP_GAIN: u64 = 200;
 const STEADY_GAIN: u64 = 125;
 /// Rounds without the rate growing by a quarter after which the pipe counts as full.
 const FULL_PIPE_ROUNDS: u8 = 3;
+/// How far (in percent of the minimum RTT) the smoothed RTT may exceed what the cap lets
+/// us queue ourselves (`gain x min RTT`) before the standing queue counts as another
+/// flow's: half a round trip, beyond the noise of delayed ACKs and a few milliseconds of
+/// jitter, and below the 1.5-3.5 min RTTs measured against a cubic competitor filling a
+/// 1,000-packet queue.
+const FOREIGN_QUEUE_MARGIN: u64 = 50;
+/// How long the cap stays lifted for a queue that is not ours before the budget restrains
+/// again to see whether it has become ours (BBR's ProbeRTT interval).
+pub const SHARED_QUEUE_RETEST: Duration = Duration::from_secs(10);
 /// How long a wait on the timer may last (a millisecond at least, and the timer's own
 /// millisecond of resolution): the pipe's cap leaves room for what drains meanwhile, or a
 /// fast path would idle during every wait (5 ms, 100 Mbit/s: 0.25 x BDP drains in 1.25 ms).
@@ -174,6 +199,26 @@ pub(crate) struct WriteBudget {
     unpaced: bool,
     /// The socket's congestion control, once read; `None` (unknown) counts as loss-based.
     congestion: Option<CongestionControl>,
+    /// Whose standing queue the path has, as far as the budget can tell.
+    queue: QueueOwner,
+    /// Times the cap was lifted for a queue that was not ours.
+    cap_lifts: u64,
+}
+
+/// Whose standing queue the path's RTT shows (see the [module documentation](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QueueOwner {
+    /// Ours, or none: the in-flight cap applies. No verdict before `judge_after`: after a
+    /// spell without the cap, our own queue needs a round trip to drain.
+    Ours { judge_after: Option<Instant> },
+    /// Another flow's, since then: no in-flight cap.
+    Shared { since: Instant },
+}
+
+impl Default for QueueOwner {
+    fn default() -> Self {
+        QueueOwner::Ours { judge_after: None }
+    }
 }
 
 impl WriteBudget {
@@ -262,7 +307,7 @@ impl WriteBudget {
         let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).
-        let pipe = match self.cap(s) {
+        let mut pipe = match self.cap(s, now) {
             Some(cap) => (cap + target + self.drained_in(TIMER_SLACK))
                 .saturating_sub(s.in_flight_bytes() + notsent),
             None => usize::MAX,
@@ -270,6 +315,9 @@ impl WriteBudget {
         // Less than a record queued needs room for what is queued only; the record may
         // still fill up while it is built.
         let needed = record.min(available.max(1));
+        if pipe < needed && self.queue_is_foreign(s, now) {
+            pipe = usize::MAX;
+        }
         if kernel.min(pipe) >= needed {
             return Allowance::Record(record);
         }
@@ -303,18 +351,63 @@ impl WriteBudget {
         }
     }
 
-    /// The cap on bytes in flight plus unsent, once a rate was measured.
-    fn cap(&self, s: &PathState) -> Option<usize> {
-        if self.max_rate == 0 || self.congestion == Some(CongestionControl::ModelBased) {
-            return None;
-        }
-        let gain = if self.flat_rounds >= FULL_PIPE_ROUNDS {
+    /// Times the in-flight cap was lifted because the path's standing queue was another
+    /// flow's.
+    pub(crate) fn cap_lifts(&self) -> u64 {
+        self.cap_lifts
+    }
+
+    /// The in-flight gain now, in percent of the bandwidth-delay product.
+    fn gain(&self) -> u64 {
+        if self.flat_rounds >= FULL_PIPE_ROUNDS {
             STEADY_GAIN
         } else {
             STARTUP_GAIN
-        };
+        }
+    }
+
+    /// The cap on bytes in flight plus unsent, once a rate was measured, while the queue
+    /// is ours. Ends a spell without the cap once the standing queue is gone, or to test
+    /// again whether it has become ours.
+    fn cap(&mut self, s: &PathState, now: Instant) -> Option<usize> {
+        if self.max_rate == 0 || self.congestion == Some(CongestionControl::ModelBased) {
+            return None;
+        }
+        if let QueueOwner::Shared { since } = self.queue {
+            let gone = s.srtt <= Self::rtt_times(s.min_rtt, self.gain());
+            if !gone && now.saturating_duration_since(since) < SHARED_QUEUE_RETEST {
+                return None;
+            }
+            // Restrain again; our own queue, if it is ours, drains within a round trip.
+            self.queue = QueueOwner::Ours {
+                judge_after: (!gone).then(|| now + s.srtt + s.min_rtt),
+            };
+        }
         let bdp = self.max_rate as u128 * s.min_rtt.as_micros() / 1_000_000;
-        Some((bdp * u128::from(gain) / 100).min(usize::MAX as u128) as usize)
+        Some((bdp * u128::from(self.gain()) / 100).min(usize::MAX as u128) as usize)
+    }
+
+    /// Called while the cap holds bytes back: true (and the cap lifted) when the smoothed
+    /// RTT shows a standing queue longer than the cap lets us build, so another flow's.
+    fn queue_is_foreign(&mut self, s: &PathState, now: Instant) -> bool {
+        let QueueOwner::Ours { judge_after } = self.queue else {
+            return true;
+        };
+        if judge_after.is_some_and(|t| now < t) || s.srtt.is_zero() {
+            return false;
+        }
+        let ours_at_most = Self::rtt_times(s.min_rtt, self.gain() + FOREIGN_QUEUE_MARGIN);
+        if s.srtt <= ours_at_most + TIMER_SLACK {
+            return false;
+        }
+        self.queue = QueueOwner::Shared { since: now };
+        self.cap_lifts += 1;
+        true
+    }
+
+    /// `rtt` times `percent` / 100.
+    fn rtt_times(rtt: Duration, percent: u64) -> Duration {
+        rtt * u32::try_from(percent).unwrap_or(u32::MAX) / 100
     }
 
     /// Bytes the path drains in `d` at its measured rate.

@@ -68,6 +68,8 @@ pub(crate) fn tcp_info(stream: &TcpStream) -> io::Result<crate::PathState> {
         min_rtt: std::time::Duration::from_micros(u64::from(info.tcpi_min_rtt)),
         delivery_rate: info.tcpi_delivery_rate,
         ssthresh: info.tcpi_snd_ssthresh,
+        srtt: std::time::Duration::from_micros(u64::from(info.tcpi_rtt)),
+        retransmits: info.tcpi_total_retrans,
     })
 }
 

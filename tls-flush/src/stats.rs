@@ -43,6 +43,7 @@ struct Counters {
     bytes_read: AtomicU64,
     tcp_info_reads: AtomicU64,
     budget_waits: AtomicU64,
+    budget_cap_lifts: AtomicU64,
     /// The most urgent request read so far, and where bytes were when it was read.
     urgent_request: Mutex<Option<(RequestArrival, Instant)>>,
     /// The stream of `urgent_request` until its first DATA frame is written (0: none), so
@@ -110,6 +111,9 @@ pub struct StatsSnapshot {
     pub tcp_info_reads: u64,
     /// Times the write budget made bulk DATA wait for TCP to send what it holds.
     pub budget_waits: u64,
+    /// Times the write budget lifted its in-flight cap because the path's standing queue
+    /// was another flow's (holding back cannot drain it; see `PathState`).
+    pub budget_cap_lifts: u64,
 }
 
 /// Where the server's bytes were at the moment the wrapper read a request at least as
@@ -200,6 +204,7 @@ impl ConnectionStats {
         add_bytes_read => bytes_read,
         add_tcp_info_read => tcp_info_reads,
         add_budget_wait => budget_waits,
+        add_budget_cap_lifts => budget_cap_lifts,
     }
 
     /// Records the current queue size (wire bytes, and the memory accounted for them) and
@@ -307,6 +312,7 @@ impl ConnectionStats {
             bytes_read: c.bytes_read.load(Relaxed),
             tcp_info_reads: c.tcp_info_reads.load(Relaxed),
             budget_waits: c.budget_waits.load(Relaxed),
+            budget_cap_lifts: c.budget_cap_lifts.load(Relaxed),
         }
     }
 }

@@ -15,6 +15,8 @@ fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState 
         min_rtt: Duration::from_millis(20),
         delivery_rate,
         ssthresh: 0,
+        srtt: Duration::ZERO,
+        retransmits: 0,
     }
 }
 
@@ -29,6 +31,8 @@ fn loopback_and_unknown_paths_are_not_limited() {
         min_rtt: Duration::from_micros(30),
         delivery_rate: 5_000_000_000,
         ssthresh: 0,
+        srtt: Duration::ZERO,
+        retransmits: 0,
     };
     let now = Instant::now();
     assert_eq!(
@@ -319,4 +323,120 @@ fn a_growing_rate_keeps_the_startup_gain() {
         budget.allowance(&path(400, 10, 0, rate), RECORD, RECORD, false, now);
     }
     assert_eq!(budget.flat_rounds, 0);
+}
+
+/// A path with a smoothed RTT: 20 Mbit/s measured, the window well open, `unacked`
+/// segments in flight.
+fn queued(unacked: u32, srtt_ms: u64) -> PathState {
+    PathState {
+        srtt: Duration::from_millis(srtt_ms),
+        ..path(400, unacked, 0, 2_500_000)
+    }
+}
+
+/// A budget past its startup (gain 1.25) with a 20 Mbit/s rate, at `t0 + 100 ms`.
+fn steady_budget(t0: Instant) -> (WriteBudget, Instant) {
+    let mut budget = WriteBudget::default();
+    budget.set_congestion(CongestionControl::LossBased);
+    for round in 0..=3 {
+        let now = t0 + Duration::from_millis(21 * round);
+        budget.allowance(&queued(10, 20), RECORD, RECORD, false, now);
+    }
+    (budget, t0 + Duration::from_millis(100))
+}
+
+#[test]
+fn a_queue_our_own_cap_explains_keeps_the_cap() {
+    let t0 = Instant::now();
+    let (mut budget, now) = steady_budget(t0);
+    // 50 segments in flight (72,400 bytes) is over 1.25 x BDP + a record: with an RTT
+    // that the cap itself explains (1.25 x 20 ms, and a little noise), the bytes wait.
+    for srtt in [20, 25, 30, 36] {
+        let a = budget.allowance(&queued(50, srtt), RECORD, RECORD, false, now);
+        assert!(matches!(a, Allowance::Wait(_)), "srtt {srtt} ms: {a:?}");
+    }
+    assert_eq!(budget.cap_lifts(), 0);
+}
+
+#[test]
+fn a_queue_another_flow_fills_lifts_the_cap() {
+    let t0 = Instant::now();
+    let (mut budget, now) = steady_budget(t0);
+    // The same bytes in flight, but the RTT is 3 x the minimum: far more queue than the
+    // cap lets us build (1.25 x), so another flow's. Holding back would only give it our
+    // share: the record goes.
+    assert_eq!(
+        budget.allowance(&queued(50, 60), RECORD, RECORD, false, now),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(budget.cap_lifts(), 1);
+    // Without the cap, only the congestion window limits, as for stock: far more in flight
+    // is fine while the queue stands.
+    let later = now + Duration::from_secs(1);
+    assert_eq!(
+        budget.allowance(&queued(300, 60), RECORD, RECORD, false, later),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(budget.cap_lifts(), 1, "one lift per episode");
+}
+
+#[test]
+fn the_cap_returns_when_the_foreign_queue_is_gone() {
+    let t0 = Instant::now();
+    let (mut budget, now) = steady_budget(t0);
+    budget.allowance(&queued(50, 60), RECORD, RECORD, false, now);
+    assert_eq!(budget.cap_lifts(), 1);
+    // The other flow left and its queue drained: the RTT is back within what the cap
+    // explains, and the cap holds again at once.
+    let later = now + Duration::from_millis(500);
+    let a = budget.allowance(&queued(50, 22), RECORD, RECORD, false, later);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    assert_eq!(budget.cap_lifts(), 1);
+}
+
+#[test]
+fn a_lifted_cap_is_tested_again_after_the_retest_interval() {
+    let t0 = Instant::now();
+    let (mut budget, now) = steady_budget(t0);
+    budget.allowance(&queued(50, 60), RECORD, RECORD, false, now);
+    // Ten seconds on, the RTT is still high: the budget restrains again, and gives its own
+    // queue (if it is its own) a round trip plus the minimum to drain before judging.
+    let retest = now + SHARED_QUEUE_RETEST;
+    let a = budget.allowance(&queued(50, 60), RECORD, RECORD, false, retest);
+    assert!(
+        matches!(a, Allowance::Wait(_)),
+        "restraint while testing: {a:?}"
+    );
+    let a = budget.allowance(
+        &queued(50, 60),
+        RECORD,
+        RECORD,
+        false,
+        retest + Duration::from_millis(70),
+    );
+    assert!(matches!(a, Allowance::Wait(_)), "still draining: {a:?}");
+    // Still high after 60 + 20 ms of restraint: not ours, the cap lifts again.
+    assert_eq!(
+        budget.allowance(
+            &queued(50, 60),
+            RECORD,
+            RECORD,
+            false,
+            retest + Duration::from_millis(81)
+        ),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(budget.cap_lifts(), 2);
+}
+
+#[test]
+fn a_model_based_congestion_control_never_lifts_what_it_never_capped() {
+    let t0 = Instant::now();
+    let mut budget = WriteBudget::default();
+    budget.set_congestion(CongestionControl::ModelBased);
+    assert_eq!(
+        budget.allowance(&queued(50, 60), RECORD, RECORD, false, t0),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(budget.cap_lifts(), 0);
 }

@@ -472,11 +472,14 @@ impl WritePath {
         let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
         let urgent = !self.next_is_bulk(config, priorities);
         let now = Instant::now();
-        match self
+        let lifts = self.writer.budget.cap_lifts();
+        let allowance = self
             .writer
             .budget
-            .allowance(&state, target, available, urgent, now)
-        {
+            .allowance(&state, target, available, urgent, now);
+        self.stats
+            .add_budget_cap_lifts(self.writer.budget.cap_lifts() - lifts);
+        match allowance {
             Allowance::Record(n) => {
                 // The read may have found the path unpaced (or paced) anew.
                 self.writer.write_records = records_per_write(self.wide_write(config, priorities));

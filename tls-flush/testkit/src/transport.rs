@@ -450,6 +450,9 @@ impl Wire {
             min_rtt: path.min_rtt,
             delivery_rate: path.delivery_rate,
             ssthresh: path.ssthresh,
+            // The in-memory wire has no queue of its own: the RTT is the minimum.
+            srtt: path.min_rtt,
+            retransmits: 0,
         })
     }
 }
