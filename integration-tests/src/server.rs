@@ -18,6 +18,9 @@ use tower::util::MapRequest;
 
 use crate::client::{ClientOptions, TapClient};
 use crate::BoxError;
+use retransmits::Retransmits;
+
+mod retransmits;
 
 /// How the server under test writes: stock hyper + tokio-rustls, or through the wrapper.
 #[derive(Debug, Clone, Default)]
@@ -118,6 +121,7 @@ impl TestServer {
         let addr = listener.local_addr()?;
         let stats = Arc::new(Mutex::new(Vec::new()));
         let live = Arc::new(AtomicUsize::new(0));
+        let retransmits = Retransmits::default();
         let config = setup.config.clone().or_else(|| {
             setup
                 .policy
@@ -130,11 +134,12 @@ impl TestServer {
             service,
             stats.clone(),
             live.clone(),
+            retransmits.clone(),
         ));
         Ok(TestServer {
             addr,
             certificate,
-            stats: ServerStats(stats),
+            stats: ServerStats(stats, retransmits),
             live,
             task,
         })
@@ -171,13 +176,20 @@ impl TestServer {
 
 /// The counters of a [`TestServer`]'s wrapped connections ([`TestServer::stats`]).
 #[derive(Debug, Clone, Default)]
-pub struct ServerStats(Arc<Mutex<Vec<ConnectionStats>>>);
+pub struct ServerStats(Arc<Mutex<Vec<ConnectionStats>>>, Retransmits);
 
 impl ServerStats {
     /// Counters of every wrapped connection that has made a request so far, in the order
     /// of their first requests (empty for stock).
     pub fn connections(&self) -> Vec<ConnectionStats> {
         self.0.lock().expect("stats poisoned").clone()
+    }
+
+    /// Segments the server's TCP retransmitted on every connection it accepted, stock ones
+    /// included (Linux `tcpi_total_retrans`: each open connection's count now, each closed
+    /// one's when its task ended); `None` before the first connection.
+    pub fn server_retransmits(&self) -> Option<u64> {
+        self.1.total()
     }
 }
 
@@ -213,6 +225,7 @@ async fn accept_loop<S: HttpService>(
     service: S,
     stats: Arc<Mutex<Vec<ConnectionStats>>>,
     live: Arc<AtomicUsize>,
+    retransmits: Retransmits,
 ) {
     while let Ok((tcp, _)) = listener.accept().await {
         let (acceptor, config, service) = (acceptor.clone(), config.clone(), service.clone());
@@ -220,8 +233,11 @@ async fn accept_loop<S: HttpService>(
         // accept and its task's first poll.
         let guard = LiveGuard::new(&live);
         let stats = stats.clone();
+        // Reads the socket's retransmissions when the task ends, however it ends.
+        let watch = retransmits.watch(&tcp);
         tokio::spawn(async move {
             let _guard = guard;
+            let _watch = watch;
             let Some(config) = config else {
                 return serve_stock_connection(tcp, acceptor, service, None).await;
             };

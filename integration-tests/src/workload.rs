@@ -41,8 +41,10 @@ use crate::tap::{FrameEvent, TapLog};
 use crate::tun;
 use crate::BoxError;
 
+mod path_figures;
 mod tun_run;
 
+pub use path_figures::{bottleneck_share, fixture_body_bytes, goodput_mbit, PathFigures};
 pub(crate) use tun_run::TunServer;
 pub use tun_run::{run_tun, run_tun_traced, TunRun};
 
@@ -395,6 +397,9 @@ pub struct RunResult {
     /// Where the less urgent bytes were when the critical request reached the server.
     #[serde(flatten)]
     pub attribution: Attribution,
+    /// What the path gave the connection: goodput, bottleneck share, drops, retransmits.
+    #[serde(flatten)]
+    pub path: PathFigures,
 }
 
 /// Where the bytes ahead of the critical response were at the moment the server read the
@@ -504,6 +509,7 @@ pub async fn run_on(
     let mut measured = measured.result;
     if let Server::InProcess(server) = &server {
         measured.attribution.from_server(&server.connection_stats());
+        measured.path.server_retransmits = server.stats().server_retransmits();
     }
     // The client is gone (its connection closes); stop the link and the server, and let the
     // close travel before the next run starts.
@@ -604,6 +610,9 @@ pub(crate) struct Measured {
     pub(crate) log: TapLog,
     pub(crate) handshake_records: usize,
     pub(crate) critical_stream: u32,
+    /// From the first request leaving the client to the last body byte (the goodput's
+    /// interval, [`PathFigures::fixture_transfer_ms`]).
+    pub(crate) transfer: (Instant, Instant),
 }
 
 /// Runs the requests of the fixture on one fresh connection to `addr` and measures them.
@@ -618,10 +627,12 @@ async fn fixture(
         .map_err(|e| format!("connecting: {e}"))?;
     let mut background = Vec::new();
     let mut reading = None;
+    let mut first_sent_at = None;
     if workload.has_background() {
         let [bg1_path, bg2_path] = BACKGROUND_PATHS;
         let bg1 = client.start(bg1_path, Some(urgencies.background())).await?;
         let bg2 = client.start(bg2_path, Some(urgencies.background())).await?;
+        first_sent_at = Some(bg1.sent_at());
         background = vec![bg1.stream_id(), bg2.stream_id()];
         // Read both background bodies from now on, concurrently with everything else.
         reading = Some(tokio::spawn(async move {
@@ -653,7 +664,7 @@ async fn fixture(
     let handshake_records = client.handshake_records;
     let connected_at = client.connected_at;
     drop(client);
-    let result = measure(
+    let mut result = measure(
         &log,
         handshake_records,
         connected_at,
@@ -662,12 +673,17 @@ async fn fixture(
         &background,
         frames_at_request,
     )?;
+    let first_sent_at = first_sent_at.unwrap_or(sent_at);
+    let done_at = connected_at + Duration::from_secs_f64(result.fixture_complete_ms / 1e3);
+    result.path =
+        PathFigures::of_fixture(workload, done_at.saturating_duration_since(first_sent_at));
     Ok(Measured {
         result,
         sent_at,
         log,
         handshake_records,
         critical_stream: critical_id,
+        transfer: (first_sent_at, done_at),
     })
 }
 
@@ -738,6 +754,7 @@ fn measure(
             .count(),
         wire_bytes: log.wire_bytes,
         attribution: Attribution::default(),
+        path: PathFigures::default(),
     })
 }
 

@@ -41,6 +41,15 @@ fn spread(value: &Value, decimals: usize, signed: bool) -> String {
     format!("{} [{}, {}]", f("median"), f("min"), f("max"))
 }
 
+/// [`spread`], or `-` for null (a figure the cell does not have).
+fn known(value: &Value, decimals: usize) -> String {
+    if value.is_null() {
+        "-".to_string()
+    } else {
+        spread(value, decimals, false)
+    }
+}
+
 fn text(value: &Value) -> String {
     value
         .as_str()
@@ -97,6 +106,10 @@ fn lab_json_agrees_with_its_tables() {
             spread(&s["background_kib_before_critical"], 0, false),
             spread(&s["fixture_complete_ms"], 1, false),
             spread(&s["tls_records"], 0, false),
+            spread(&s["fixture_goodput_mbit"], 1, false),
+            known(&s["bottleneck_share"], 2),
+            known(&s["link_drops"], 0),
+            known(&s["server_retransmits"], 0),
         ];
         assert_eq!(row, &expected, "table row against the JSON summary");
     }
@@ -113,6 +126,8 @@ fn lab_json_agrees_with_its_tables() {
             "critical_complete_ms",
             "fixture_complete_ms",
             "tls_records",
+            "fixture_goodput_mbit",
+            "server_retransmits",
         ] {
             assert_eq!(
                 s[figure]["median"].as_f64(),

@@ -68,7 +68,7 @@ fn rtt_is_delivered() {
         rtt: Duration::from_millis(40),
         ..lab_link(CongestionControl::Cubic)
     };
-    let link = TunLink::start(config).unwrap();
+    let link = TunLink::start(config.clone()).unwrap();
     let listener = listen(&link);
     let addr = link.server_addr(listener.local_addr().unwrap().port());
     // Echo server: sockets created in a namespace stay there, whichever thread uses them.
@@ -161,7 +161,7 @@ fn bulk_goodput(link: &TunLink, total: usize) -> f64 {
 fn rate_is_delivered(cc: CongestionControl) {
     let _serial = serial();
     let config = lab_link(cc);
-    let link = TunLink::start(config).unwrap();
+    let link = TunLink::start(config.clone()).unwrap();
     assert_eq!(
         sysctl_in(
             link.namespace(Side::Server),
@@ -226,7 +226,7 @@ fn a_full_queue_drops_at_the_tail() {
         queue_packets: 8,
         ..lab_link(CongestionControl::Cubic)
     };
-    let link = TunLink::start(config).unwrap();
+    let link = TunLink::start(config.clone()).unwrap();
     // TCP recovers every loss: the transfer still arrives byte-exact.
     bulk_goodput(&link, 1_000_000);
     let stats = link.stats();

@@ -81,6 +81,25 @@ pub struct PathState {
 }
 
 impl PathState {
+    /// Reads a TCP socket's `TCP_INFO` (Linux and Android; elsewhere an
+    /// [`Unsupported`](std::io::ErrorKind::Unsupported) error), e.g. to log a connection's
+    /// retransmissions.
+    ///
+    /// ```
+    /// # fn main() -> std::io::Result<()> {
+    /// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    /// let client = std::net::TcpStream::connect(listener.local_addr()?)?;
+    /// let state = tls_flush::PathState::read(&client)?;
+    /// assert_eq!(state.retransmits, 0, "loopback loses nothing");
+    /// assert!(state.mss > 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(unix)]
+    pub fn read(socket: &impl std::os::fd::AsFd) -> std::io::Result<PathState> {
+        crate::socket::tcp_info(socket.as_fd())
+    }
+
     /// Bytes the congestion window lets TCP send now.
     pub fn window_bytes(&self) -> usize {
         self.cwnd.saturating_sub(self.unacked) as usize * self.mss as usize

@@ -36,7 +36,7 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
     /// report a congestion window of its own.
     fn path_state(&self) -> Option<crate::PathState> {
         self.tcp_stream()
-            .and_then(|tcp| crate::socket::tcp_info(tcp).ok())
+            .and_then(|tcp| crate::PathState::read(tcp).ok())
     }
 
     /// The socket's congestion control (`TCP_CONGESTION`), read once per connection by

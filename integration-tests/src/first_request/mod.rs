@@ -871,7 +871,7 @@ where
     Fut: std::future::Future<Output = Result<T, BoxError>>,
     T: Send + 'static,
 {
-    let mut start_config = *config;
+    let mut start_config = config.clone();
     start_config.trace_packets = start_config.trace_packets.max(TRACE_PACKETS);
     let link = tun::blocking(move || TunLink::start(start_config))
         .await?
@@ -1030,7 +1030,7 @@ pub async fn connection_rate_tun(
 ) -> Result<RateResult, BoxError> {
     let label = format!("{case}/{server}/connection-rate");
     // No packet log needed: keep the emulator's default.
-    let mut config = *config;
+    let mut config = config.clone();
     config.trace_packets = 0;
     let (measured, _) = with_tun(
         server,

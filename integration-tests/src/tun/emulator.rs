@@ -1,7 +1,9 @@
 //! The packet emulator between the two TUN devices: per direction, a reader thread that
-//! queues every packet the sender's kernel hands to its device (tail drop when the queue is
-//! full) and computes when it leaves the wire, and a delivery thread that writes it to the
-//! receiver's device one one-way delay later (see the [module documentation](super)).
+//! decides whether each packet the sender's kernel hands to its device is lost
+//! ([`super::impair`]), queues it (tail drop when the queue is full) and computes when it
+//! leaves the wire (fixed rate or rate trace, [`super::rate_trace`]) and when it is due at
+//! the receiver (one-way delay plus jitter), and a delivery thread that writes it to the
+//! receiver's device then (see the [module documentation](super)).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -12,6 +14,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::impair::{stream_rng, Fate, Jitter, Loss, LossModel, Stream};
+use super::rate_trace::{Bottleneck, TraceSchedule};
 use super::trace::{Direction, PacketEvent, PayloadArrival, QueueGauge, Recorder, TcpFields};
 use super::{sys, TunConfig, MAX_PACKET};
 
@@ -22,8 +26,11 @@ pub struct DirectionStats {
     pub delivered: u64,
     /// IP bytes delivered.
     pub delivered_bytes: u64,
-    /// Packets dropped because the queue was full.
+    /// Packets dropped because the queue was full (tail drop).
     pub dropped: u64,
+    /// Packets lost by the random loss model ([`TunConfig::loss_percent`]), before the
+    /// queue: not counted in `dropped`.
+    pub lost: u64,
     /// Largest queue occupancy seen, in packets (the arriving one included).
     pub max_queue: u64,
     /// Sum of how late deliveries were after their due time, in microseconds.
@@ -59,6 +66,7 @@ struct Counters {
     delivered: AtomicU64,
     delivered_bytes: AtomicU64,
     dropped: AtomicU64,
+    lost: AtomicU64,
     max_queue: AtomicU64,
     late_us_total: AtomicU64,
     late_us_max: AtomicU64,
@@ -72,6 +80,7 @@ impl Counters {
             delivered: get(&self.delivered),
             delivered_bytes: get(&self.delivered_bytes),
             dropped: get(&self.dropped),
+            lost: get(&self.lost),
             max_queue: get(&self.max_queue),
             late_us_total: get(&self.late_us_total),
             late_us_max: get(&self.late_us_max),
@@ -95,21 +104,23 @@ pub(super) struct Emulator {
 #[derive(Clone, Copy)]
 struct Params {
     one_way: Duration,
-    bits_per_sec: f64,
     queue_packets: usize,
 }
 
 impl Emulator {
+    /// Starts the four threads; `origin` is trace time 0 of a rate trace.
     pub(super) fn start(
         config: &TunConfig,
+        origin: Instant,
         client: Arc<File>,
         server: Arc<File>,
     ) -> io::Result<Emulator> {
         let params = Params {
             one_way: config.one_way_delay(),
-            bits_per_sec: config.rate_mbit * 1e6,
             queue_packets: config.queue_packets,
         };
+        let loss = LossModel::new(config.loss_percent, config.loss_burst)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let (stop_reader, stop) = io::pipe()?;
         let mut emulator = Emulator {
             stop: Some(stop),
@@ -147,9 +158,29 @@ impl Emulator {
                         })
                     })?,
             );
+            let bottleneck = match config.rate_trace.as_ref().and_then(|t| t.get(direction)) {
+                Some(trace) => Bottleneck::Trace(TraceSchedule::new(
+                    trace.clone(),
+                    origin,
+                    config
+                        .rate_trace
+                        .as_ref()
+                        .map_or(Duration::ZERO, |t| t.start),
+                )),
+                None => Bottleneck::Fixed {
+                    bits_per_sec: config.rate_mbit * 1e6,
+                    free_at: origin,
+                },
+            };
             let reader = Reader {
                 direction,
                 params,
+                bottleneck,
+                loss: Loss::new(loss, stream_rng(config.seed, direction, Stream::Loss)),
+                jitter: Jitter::new(
+                    config.jitter,
+                    stream_rng(config.seed, direction, Stream::Jitter),
+                ),
                 delivery: emulator.deliveries[i].clone(),
                 counters: emulator.counters[i].clone(),
                 gauge: gauges[i].clone(),
@@ -203,6 +234,9 @@ impl Drop for Emulator {
 struct Reader {
     direction: Direction,
     params: Params,
+    bottleneck: Bottleneck,
+    loss: Loss,
+    jitter: Jitter,
     delivery: Arc<Delivery>,
     counters: Arc<Counters>,
     gauge: Arc<QueueGauge>,
@@ -210,12 +244,11 @@ struct Reader {
 }
 
 impl Reader {
-    /// Reads packets from `from`, applies the queue and schedules their delivery, until
-    /// `stop` reports end of file.
-    fn run(&self, from: &File, stop: &io::PipeReader) {
+    /// Reads packets from `from`, applies loss and the queue and schedules their delivery,
+    /// until `stop` reports end of file.
+    fn run(mut self, from: &File, stop: &io::PipeReader) {
         let params = self.params;
         let mut buf = vec![0u8; MAX_PACKET];
-        let mut free_at = Instant::now();
         loop {
             match sys::wait_readable(from.as_fd(), stop.as_fd()) {
                 Ok(true) => {}
@@ -243,13 +276,23 @@ impl Reader {
                 }
             };
             let now = Instant::now();
-            let departure = || {
-                free_at = free_at.max(now)
-                    + Duration::from_secs_f64(len as f64 * 8.0 / params.bits_per_sec);
-                free_at
+            // Lost on the way in: it never occupies the queue (in a trace, `dropped`).
+            let fate = self.loss.next();
+            if fate == Fate::Lost {
+                self.counters.lost.fetch_add(1, Ordering::Relaxed);
+            }
+            let bottleneck = &mut self.bottleneck;
+            let mut departure = None;
+            let admitted = match fate {
+                Fate::Lost => None,
+                Fate::Kept => self.gauge.admit(now, len, params.queue_packets, || {
+                    *departure.insert(bottleneck.departure(now, len))
+                }),
             };
-            let admitted = self.gauge.admit(now, len, params.queue_packets, departure);
-            let due = admitted.map_or(now, |_| free_at + params.one_way);
+            let due = match (admitted, departure) {
+                (Some(_), Some(left)) => self.jitter.due(left + params.one_way),
+                _ => now,
+            };
             self.recorder.packet(|| PacketEvent {
                 at: now,
                 due,
@@ -260,7 +303,9 @@ impl Reader {
                 queue_bytes: admitted.map_or(0, |(_, bytes)| bytes as u32),
             });
             let Some((packets, _)) = admitted else {
-                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                if fate == Fate::Kept {
+                    self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                }
                 continue;
             };
             self.counters
@@ -272,7 +317,8 @@ impl Reader {
 }
 
 /// The packets of one direction on their way to the receiver, due in FIFO order (departures
-/// never decrease and the delay is constant), and the thread that writes them when due.
+/// never decrease, the delay is constant and jitter never reorders), and the thread that
+/// writes them when due.
 #[derive(Default)]
 struct Delivery {
     state: Mutex<DeliveryState>,

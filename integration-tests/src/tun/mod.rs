@@ -26,8 +26,14 @@
 //!
 //! # What it models
 //!
-//! Per direction, a bottleneck router feeding a wire, like `netem rate … delay … limit …`:
+//! Per direction, a bottleneck router feeding a wire, like `netem rate … delay … limit …`,
+//! optionally behind an impaired access link (loss, jitter, a recorded cellular rate):
 //!
+//! - **Loss.** With [`TunConfig::loss_percent`], each packet entering the bottleneck is first
+//!   lost or not: independently (Bernoulli), or in bursts ([`TunConfig::loss_burst`], a
+//!   Gilbert-Elliott chain with the same average rate). A lost packet never occupies the
+//!   queue and is counted in [`DirectionStats::lost`], apart from tail drops (in a
+//!   [`PacketEvent`] it shows as `dropped`).
 //! - **Queue.** A packet the sender's kernel hands to its TUN device is read at once (the
 //!   device's own queue stays empty: for the kernel, the packet has left the host, as on a
 //!   real NIC) and joins the emulated queue. The queue holds at most
@@ -41,10 +47,19 @@
 //!   link-layer framing): a full-sized TCP segment with timestamps carries 1448 payload bytes
 //!   in 1500, so bulk TCP goodput is about 96.5% of [`TunConfig::rate_mbit`]. The schedule is
 //!   computed from arrival times, never from when a timer fired, so the rate does not drift.
+//!   With a [`TunConfig::rate_trace`] ([`RateTrace`], mahimahi's format) a direction's
+//!   packets leave at the trace's delivery opportunities instead, 1500 bytes each
+//!   (mahimahi's byte accounting: small packets share one, a packet that does not fit in
+//!   what is left continues at the next); what the queue leaves unused is lost, never
+//!   saved. Trace time 0 is when the link starts, and the trace loops.
 //! - **Propagation.** A packet is written to the receiver's TUN device one one-way delay
-//!   (`rtt / 2`) after its serialization ends.
+//!   (`rtt / 2`) after its serialization ends, plus, with [`TunConfig::jitter`], an extra
+//!   delay drawn uniformly from `[0, 2 × jitter]`, but never before the packet ahead of it.
 //! - **Order.** FIFO per direction: no reordering, duplication or corruption; loss only by
-//!   tail drop.
+//!   tail drop and the loss model.
+//! - **Randomness.** Loss and jitter draw from [`TunConfig::seed`], each direction and each
+//!   impairment from its own stream: the `n`-th packet of a direction meets the same fate
+//!   for the same seed.
 //!
 //! # Timing
 //!
@@ -67,7 +82,11 @@
 //! - `mod.rs`: the configuration and [`TunLink`] (start, sides, counters);
 //! - `netns.rs`: the network namespaces: creating, entering, configuring (sysctls, the TUN
 //!   device) and removing them (`ip netns`);
+//! - `cross.rs`: cross traffic, bulk TCP flows sharing the bottleneck ([`CrossTraffic`]);
 //! - `emulator.rs`: the packet emulator (queue, serialization, propagation) and its counters;
+//! - `impair.rs`: the random impairments: loss (Bernoulli, Gilbert-Elliott), jitter, seeds;
+//! - `rate_trace.rs`: rate traces (parsing, loading test data from [`TRACE_DIR`]) and the
+//!   departure schedule of a direction, at a fixed rate or a trace's opportunities;
 //! - `sys.rs`: the system calls std does not wrap: `setns(2)` and `poll(2)` (through rustix),
 //!   and the `TUNSETIFF` `ioctl(2)`: the link's only `unsafe` code.
 //!
@@ -93,8 +112,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod cross;
 mod emulator;
+mod impair;
 mod netns;
+mod rate_trace;
 mod sys;
 mod trace;
 
@@ -108,8 +130,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use cross::{CrossTraffic, CROSS_HEAD_START};
 pub use emulator::{DirectionStats, TunStats};
+pub use impair::{derive_seed, MAX_JITTER};
 pub use netns::{enter_namespace, is_root, list_namespaces, remove_stale};
+pub use rate_trace::{RateTrace, RateTraces, KNOWN_TRACES, OPPORTUNITY_BYTES, TRACE_DIR};
 pub use trace::{Direction, PacketEvent, PayloadArrival, TcpFields, MAX_PAYLOAD_ARRIVALS};
 
 use crate::link::LinkConfig;
@@ -188,11 +213,12 @@ impl FromStr for CongestionControl {
 }
 
 /// Parameters of the tun link, applied to each direction independently.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TunConfig {
     /// Round-trip propagation delay; each direction delays by half of it.
     pub rtt: Duration,
-    /// Rate of each direction in Mbit/s (10^6 bits per second) of IP packet bytes.
+    /// Rate of each direction in Mbit/s (10^6 bits per second) of IP packet bytes (a
+    /// direction with a [`rate_trace`](Self::rate_trace) follows the trace instead).
     pub rate_mbit: f64,
     /// Queue limit per direction in packets (the one being serialized included).
     pub queue_packets: usize,
@@ -202,6 +228,25 @@ pub struct TunConfig {
     pub cc: CongestionControl,
     /// Packets to record in the trace ([`TunLink::trace`]), the first ones; 0: no trace.
     pub trace_packets: usize,
+    /// Random loss of the packets entering each direction's bottleneck, in percent (0 to
+    /// 100; 0: none), counted in [`DirectionStats::lost`].
+    pub loss_percent: f64,
+    /// Mean length of a loss burst in packets (at least 1): losses follow a Gilbert-Elliott
+    /// chain with the same average rate; `None`: independent losses (Bernoulli).
+    pub loss_burst: Option<f64>,
+    /// Mean extra delay of each packet, each direction: drawn uniformly from
+    /// `[0, 2 × jitter]`, never reordering (at most [`MAX_JITTER`]; zero: none).
+    pub jitter: Duration,
+    /// Delivery-opportunity traces (mahimahi's format) replacing
+    /// [`rate_mbit`](Self::rate_mbit): downstream, and optionally upstream; `None`: the
+    /// fixed rate both ways.
+    pub rate_trace: Option<RateTraces>,
+    /// Seed of the random impairments (loss, jitter): each direction and each impairment
+    /// draws from its own stream derived from it ([`derive_seed`]).
+    pub seed: u64,
+    /// Bulk TCP flows of cross traffic ([`CrossTraffic`]) through the bottleneck during a
+    /// lab run ([`crate::workload::run_tun`]); 0: none. The link itself does not start them.
+    pub cross_flows: usize,
 }
 
 impl Default for TunConfig {
@@ -222,6 +267,12 @@ impl TunConfig {
             mtu: DEFAULT_MTU,
             cc: CongestionControl::default(),
             trace_packets: 0,
+            loss_percent: 0.0,
+            loss_burst: None,
+            jitter: Duration::ZERO,
+            rate_trace: None,
+            seed: 0,
+            cross_flows: 0,
         }
     }
 
@@ -237,20 +288,84 @@ impl TunConfig {
 
     /// One line for the top of a results table, e.g. `tun link: 20 ms RTT, 20 Mbit/s each
     /// way, queue 1000 packets, MTU 1500, cc cubic; two network namespaces, kernel TCP end
-    /// to end`.
+    /// to end`. A rate trace replaces the rate of its direction, and every impairment that
+    /// is on follows the congestion control, e.g. `, loss 1% each way (Gilbert-Elliott,
+    /// bursts of 3 packets on average), jitter 5 ms each way (uniform 0 to 10 ms, no
+    /// reordering)`.
     pub fn describe(&self) -> String {
         format!(
-            "tun link: {} ms RTT, {} Mbit/s each way, queue {} packets, MTU {}, cc {}; \
+            "tun link: {} ms RTT, {}, queue {} packets, MTU {}, cc {}{}; \
              two network namespaces, kernel TCP end to end",
             round(self.rtt.as_secs_f64() * 1e3, 3),
-            round(self.rate_mbit, 3),
+            self.describe_rate(),
             self.queue_packets,
             self.mtu,
             self.cc,
+            self.describe_impairments(),
+        ) + &self.describe_cross()
+    }
+
+    /// `20 Mbit/s each way`, or each direction's rate trace (or rate).
+    fn describe_rate(&self) -> String {
+        let fixed = format!("{} Mbit/s", round(self.rate_mbit, 3));
+        let Some(traces) = &self.rate_trace else {
+            return fixed + " each way";
+        };
+        let traced = |t: &RateTrace| {
+            format!(
+                "rate trace {} (mean {} Mbit/s, looping every {} s)",
+                t.name(),
+                round(t.mean_rate_mbit(), 2),
+                round(t.period().as_secs_f64(), 3)
+            )
+        };
+        format!(
+            "down {}, up {}",
+            traced(&traces.downstream),
+            traces.upstream.as_ref().map_or(fixed, traced)
         )
     }
 
-    fn validate(&self) -> io::Result<()> {
+    /// `, loss …, jitter …` for the impairments that are on, else empty.
+    fn describe_impairments(&self) -> String {
+        let mut out = String::new();
+        if self.loss_percent > 0.0 {
+            out += &format!(", loss {}% each way", round(self.loss_percent, 4));
+            out += &match self.loss_burst {
+                Some(burst) => format!(
+                    " (Gilbert-Elliott, bursts of {} packets on average)",
+                    round(burst, 3)
+                ),
+                None => " (independent)".to_string(),
+            };
+        }
+        if !self.jitter.is_zero() {
+            let ms = self.jitter.as_secs_f64() * 1e3;
+            out += &format!(
+                ", jitter {} ms each way (uniform 0 to {} ms, no reordering)",
+                round(ms, 3),
+                round(2.0 * ms, 3)
+            );
+        }
+        out
+    }
+
+    /// `; cross traffic: N bulk TCP flows, 3 s head start` with cross flows, else empty.
+    fn describe_cross(&self) -> String {
+        match self.cross_flows {
+            0 => String::new(),
+            n => format!(
+                "; cross traffic: {n} bulk TCP flow{} server to client, {} s head start",
+                if n == 1 { "" } else { "s" },
+                CROSS_HEAD_START.as_secs_f64()
+            ),
+        }
+    }
+
+    /// Checks the parameters ([`TunLink::start`] does too): a positive rate, a queue of at
+    /// least one packet, an MTU of 576 to 65536, a loss rate of 0 to 100% that its mean
+    /// burst (at least 1 packet) can reach, and a jitter of at most [`MAX_JITTER`].
+    pub fn validate(&self) -> io::Result<()> {
         let invalid = |message: String| Err(io::Error::new(io::ErrorKind::InvalidInput, message));
         if !(self.rate_mbit.is_finite() && self.rate_mbit > 0.0) {
             return invalid(format!(
@@ -265,6 +380,15 @@ impl TunConfig {
             return invalid(format!(
                 "the tun link's MTU must be 576 to {MAX_PACKET}, got {}",
                 self.mtu
+            ));
+        }
+        impair::LossModel::new(self.loss_percent, self.loss_burst)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        if self.jitter > MAX_JITTER {
+            return invalid(format!(
+                "the tun link's jitter must be at most {} s, got {:?}",
+                MAX_JITTER.as_secs(),
+                self.jitter
             ));
         }
         Ok(())
@@ -368,7 +492,7 @@ impl TunLink {
         let server_device = Arc::new(devices.pop().expect("two devices"));
         let client_device = Arc::new(devices.pop().expect("two devices"));
         let started = Instant::now();
-        let emulator = Emulator::start(&config, client_device, server_device)?;
+        let emulator = Emulator::start(&config, started, client_device, server_device)?;
         let link = TunLink {
             config,
             emulator,
@@ -501,23 +625,90 @@ mod tests {
         let bbr = TunConfig {
             rtt: Duration::from_micros(12_500),
             cc: CongestionControl::Bbr,
-            ..config
+            ..config.clone()
         };
         assert!(bbr.describe().starts_with("tun link: 12.5 ms RTT"));
         assert!(bbr.describe().contains("cc bbr"));
+        let cross = TunConfig {
+            cross_flows: 2,
+            ..config.clone()
+        };
+        assert!(cross.describe().ends_with(
+            "kernel TCP end to end; cross traffic: 2 bulk TCP flows server to client, 3 s head \
+             start"
+        ));
         assert_eq!(config.serialization(1500), Duration::from_micros(600));
         assert!(TunConfig {
             queue_packets: 0,
-            ..config
+            ..config.clone()
         }
         .validate()
         .is_err());
         assert!(TunConfig {
             rate_mbit: 0.0,
-            ..config
+            ..config.clone()
         }
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn describes_and_checks_impairments() {
+        let config = TunConfig {
+            loss_percent: 1.0,
+            loss_burst: Some(3.0),
+            jitter: Duration::from_millis(5),
+            ..TunConfig::default()
+        };
+        assert_eq!(
+            config.describe(),
+            "tun link: 20 ms RTT, 20 Mbit/s each way, queue 1000 packets, MTU 1500, cc cubic, \
+             loss 1% each way (Gilbert-Elliott, bursts of 3 packets on average), jitter 5 ms \
+             each way (uniform 0 to 10 ms, no reordering); two network namespaces, kernel TCP \
+             end to end"
+        );
+        config.validate().unwrap();
+        let independent = TunConfig {
+            loss_burst: None,
+            jitter: Duration::ZERO,
+            ..config.clone()
+        };
+        assert!(independent
+            .describe()
+            .contains("cc cubic, loss 1% each way (independent); two"));
+        let traced = TunConfig {
+            rate_trace: Some(RateTraces {
+                downstream: RateTrace::parse("fast.down", "1\n1\n2\n2\n").unwrap(),
+                upstream: None,
+                start: Duration::ZERO,
+            }),
+            ..TunConfig::default()
+        };
+        assert!(traced.describe().starts_with(
+            "tun link: 20 ms RTT, down rate trace fast.down (mean 24 Mbit/s, looping every \
+             0.002 s), up 20 Mbit/s, queue 1000 packets"
+        ));
+        for bad in [
+            TunConfig {
+                loss_percent: 101.0,
+                ..config.clone()
+            },
+            TunConfig {
+                loss_percent: f64::NAN,
+                ..config.clone()
+            },
+            TunConfig {
+                loss_burst: Some(0.5),
+                ..config.clone()
+            },
+            TunConfig {
+                jitter: MAX_JITTER + Duration::from_nanos(1),
+                ..config.clone()
+            },
+        ] {
+            let err = bad.validate().unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{bad:?}");
+        }
     }
 
     #[test]

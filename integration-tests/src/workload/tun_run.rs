@@ -10,7 +10,9 @@ use crate::client::Trust;
 use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, ServerStats, TestServer};
 use crate::tap::TapLog;
-use crate::tun::{self, PacketEvent, Side, TunConfig, TunLink, SERVER_ADDR};
+use crate::tun::{
+    self, CrossTraffic, PacketEvent, Side, TunConfig, TunLink, CROSS_HEAD_START, SERVER_ADDR,
+};
 use crate::BoxError;
 
 /// One run through the tun link with what the emulator saw.
@@ -53,6 +55,12 @@ pub async fn run_tun(
 /// The result carries the emulator's server-to-client queue when the critical request
 /// reached the server, and for the `tls-flush` cases the server's figures
 /// ([`super::Attribution`]).
+///
+/// With [`TunConfig::cross_flows`], that many bulk TCP flows ([`CrossTraffic`]) run
+/// through the same bottleneck from [`CROSS_HEAD_START`] before the client connects until
+/// it is done; the result's [`super::PathFigures`] then carry the fixture's
+/// `bottleneck_share`. A run whose cross traffic moved nothing in its head start, or
+/// failed before it was stopped, fails.
 pub async fn run_tun_traced(
     case: &Case,
     workload: Workload,
@@ -67,7 +75,7 @@ pub async fn run_tun_traced(
         )
         .into());
     }
-    let start_config = *config;
+    let start_config = config.clone();
     let link = tun::blocking(move || TunLink::start(start_config))
         .await?
         .map_err(|e| format!("{label}: starting the tun link: {e}"))?;
@@ -78,6 +86,13 @@ pub async fn run_tun_traced(
         (None, _) => unreachable!("external servers are refused above"),
     }
     .map_err(|e| format!("{label}: starting the server: {e}"))?;
+    let cross = match start_cross(&link, config.cross_flows).await {
+        Ok(cross) => cross,
+        Err(e) => {
+            let _ = tun::blocking(move || server.stop()).await;
+            return Err(format!("{label}: cross traffic: {e}").into());
+        }
+    };
     let (addr, trust) = server.endpoint();
     let server_stats = match &server {
         TunServer::InProcess { stats, .. } => Some(stats.clone()),
@@ -85,10 +100,24 @@ pub async fn run_tun_traced(
     };
     let limit = run_limit(Some((config.rate_mbit, config.rtt)));
     let client_namespace = link.namespace(Side::Client).to_string();
+    let drops_before = link_drops(&link);
     let measured = on_client_thread(limit, Some(client_namespace), move || {
         fixture(addr, trust, workload, urgencies)
     })
     .await;
+    let drops = link_drops(&link) - drops_before;
+    let cross_bytes = cross
+        .as_ref()
+        .zip(measured.as_ref().ok())
+        .map(|(cross, m)| {
+            let (from, to) = m.transfer;
+            cross.received_between(from, to)
+        });
+    // Stop the cross traffic (joins its threads: blocking).
+    let cross_stopped = match cross {
+        Some(cross) => tun::blocking(move || cross.stop()).await?.map(drop),
+        None => Ok(()),
+    };
     // Stop the server (waits for its thread or process: blocking), then remove the link.
     let stopped = tun::blocking(move || server.stop()).await?;
     let measured = measured.map_err(|e| format!("{label}: {e}"));
@@ -102,11 +131,17 @@ pub async fn run_tun_traced(
     tun::blocking(move || drop(link)).await?;
     let measured = measured?;
     stopped.map_err(|e| format!("{label}: stopping the server: {e}"))?;
+    cross_stopped.map_err(|e| format!("{label}: cross traffic: {e}"))?;
     let (link_queue, trace, link_started) = emulator.expect("measured");
     let mut result = labelled(measured.result, case, workload, urgencies);
     result.attribution.link_queue_bytes_at_request = link_queue;
     if let Some(stats) = server_stats {
         result.attribution.from_server(&stats.connections());
+        result.path.server_retransmits = stats.server_retransmits();
+    }
+    result.path.link_drops = Some(drops);
+    if let Some(bytes) = cross_bytes {
+        result.path.with_cross(workload, bytes);
     }
     Ok(TunRun {
         result,
@@ -116,6 +151,28 @@ pub async fn run_tun_traced(
         handshake_records: measured.handshake_records,
         critical_stream: measured.critical_stream,
     })
+}
+
+/// Starts `flows` cross flows on `link` (none for 0) and waits their head start
+/// ([`CROSS_HEAD_START`]); fails if they moved nothing meanwhile.
+async fn start_cross(link: &TunLink, flows: usize) -> Result<Option<CrossTraffic>, BoxError> {
+    if flows == 0 {
+        return Ok(None);
+    }
+    // Connecting takes about one RTT per flow; blocks this thread meanwhile.
+    let cross = CrossTraffic::start(link, flows)?;
+    tokio::time::sleep(CROSS_HEAD_START).await;
+    if cross.received_bytes() == 0 {
+        return Err(format!("{flows} flows moved nothing in {CROSS_HEAD_START:?}").into());
+    }
+    Ok(Some(cross))
+}
+
+/// The packets the link's server-to-client direction dropped so far: tail drops and
+/// random losses.
+fn link_drops(link: &TunLink) -> u64 {
+    let downstream = link.stats().downstream;
+    downstream.dropped + downstream.lost
 }
 
 /// The server of a run through the tun link.

@@ -2,21 +2,22 @@
 //! table and the order of the runs.
 
 use std::path::PathBuf;
-use std::time::Duration;
-
 use std::str::FromStr;
+use std::time::Duration;
 
 use clap::Parser;
 use integration_tests::first_request::{ClientCase, FirstRequestServer};
 use integration_tests::link::LinkConfig;
 use integration_tests::peers::NotInstalled;
-use integration_tests::tun::{CongestionControl, TunConfig};
+use integration_tests::tun::{derive_seed, CongestionControl, TunConfig};
 use integration_tests::workload::{Case, UnknownName, Urgencies, Workload};
 use integration_tests::BoxError;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::Serialize;
+
+use crate::impairments::trace_start;
 
 /// Which link the runs go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -113,6 +114,16 @@ pub const DEFAULT_RATE_SECS: f64 = 10.0;
     after_help = "The table goes to stdout, the progress bar to stderr. Times are from the moment \
                   the critical request left the client (fixture completion: from connection \
                   start).\n\n\
+                  Path figures per run: fixture_goodput_mbit (the bodies, 2 MiB + 4 KiB, over \
+                  the time from the first request leaving the client to the last body byte), \
+                  bottleneck_share (with --cross: the bodies over those plus the cross \
+                  traffic's bytes in the same interval), link_drops (--link tun: packets the \
+                  link's server-to-client direction dropped while the fixture ran, every flow) \
+                  and server_retransmits (our in-process servers: the server socket's \
+                  tcpi_total_retrans; null for peers). A run that fails or times out is \
+                  recorded (in the JSON with completed false and its error), counted under the \
+                  table and left out of the medians; the lab goes on, and exits with an error \
+                  only when no run completed.\n\n\
                   Peers: the real servers nginx, nginx-4k (ssl_buffer_size 4k), nghttpd \
                   (--no-rfc7540-pri: RFC 9218 scheduling), h2o and apache (event MPM, \
                   mod_http2) run only when named in --cases, e.g. \
@@ -191,7 +202,33 @@ pub struct LabArgs {
     /// like netem's limit].
     #[arg(long)]
     pub queue_packets: Option<usize>,
-    /// Seed of the random order within each repeat [default: a random one, printed].
+    /// With --link tun only: random loss in percent, each direction, of the packets entering
+    /// the bottleneck (before the queue; counted apart from tail drops), seeded: each run's
+    /// link seed derives from --seed and the run's index [default: 0, none].
+    #[arg(long, value_name = "PCT")]
+    pub loss: Option<f64>,
+    /// With --link tun and --loss: losses come in bursts of LEN packets on average (a
+    /// Gilbert-Elliott chain: every packet lost in the bad state, none in the good one, at
+    /// the same average rate as --loss) instead of independently [default: independent].
+    #[arg(long, value_name = "LEN", requires = "loss")]
+    pub loss_burst: Option<f64>,
+    /// With --link tun only: delay jitter in milliseconds, each direction, seeded: each
+    /// packet's extra delay is drawn uniformly from [0, 2 x MS] (mean MS), never delivering
+    /// a packet before the one ahead of it (no reordering) [default: 0, none].
+    #[arg(long, value_name = "MS")]
+    pub jitter_ms: Option<f64>,
+    /// With --link tun only: the link's rate follows delivery-opportunity traces
+    /// (mahimahi's format: one 1500-byte opportunity per line, a time in ms; unused
+    /// opportunities are lost; the trace loops) instead of --rate-mbit: DOWN for server to
+    /// client, UP (optional; without it the uplink keeps --rate-mbit) for client to server.
+    /// Each is a file, or a bare name resolved in integration-tests/data/traces with
+    /// `.down` or `.up` by direction: Verizon-LTE-short, TMobile-LTE-short (e.g.
+    /// --rate-trace Verizon-LTE-short,Verizon-LTE-short for both ways).
+    #[arg(long, value_name = "DOWN[,UP]", value_delimiter = ',')]
+    pub rate_trace: Option<Vec<String>>,
+    /// Seed of the random order within each repeat, and of the tun link's random
+    /// impairments (--loss, --jitter-ms: each run's link seed derives from it and the run's
+    /// index) [default: a random one, printed].
     #[arg(long)]
     pub seed: Option<u64>,
     /// Writes `{"config": ..., "results": [...]}` (plus the summary) to this file.
@@ -217,6 +254,15 @@ pub struct LabArgs {
     /// With --trace: trace only the first N runs (in the order they run) [default: all].
     #[arg(long, value_name = "N", requires = "trace")]
     pub trace_runs: Option<usize>,
+    /// With --link tun only: N bulk TCP flows of cross traffic through the same bottleneck,
+    /// from a sender of their own in the server namespace to a sink in the client
+    /// namespace (not through the server under test), each writing as fast as its socket
+    /// takes it, with the link's --cc. They start 3 s before each run's fixture (a head
+    /// start to fill the queue) and stop after it. The table and the JSON then give the
+    /// fixture's bottleneck_share: its body bytes over those plus what the sink received
+    /// while the fixture ran [default: 0, none].
+    #[arg(long, value_name = "N")]
+    pub cross: Option<usize>,
 }
 
 /// What the lab runs.
@@ -297,6 +343,20 @@ impl LabConfig {
                             .into(),
                     );
                 }
+                if args.cross.is_some() {
+                    return Err(
+                        "--cross applies to --link tun only: the cross traffic runs between \
+                         the tun link's two network namespaces"
+                            .into(),
+                    );
+                }
+                if let Some(flag) = crate::impairments::first_flag(args) {
+                    return Err(format!(
+                        "{flag} applies to --link tun only: the relay link models a rate, a \
+                         delay and a queue, not loss, jitter or rate traces"
+                    )
+                    .into());
+                }
             }
             LinkMode::Tun => {
                 if args.queue_bytes.is_some() {
@@ -313,6 +373,8 @@ impl LabConfig {
                     tun.queue_packets = packets;
                 }
                 tun.cc = args.cc.unwrap_or_default();
+                tun.cross_flows = args.cross.unwrap_or(0);
+                crate::impairments::apply(args, &mut tun)?;
             }
         }
         let first_request = first_request_plan(args)?;
@@ -435,6 +497,21 @@ impl LabConfig {
         plan
     }
 
+    /// The tun link of the runs of `repeat`: the configured one with the repeat's own
+    /// impairment seed (derived from [`seed`](Self::seed)) and, with rate traces, its own
+    /// start in them. Every case of a repeat meets the same conditions (paired
+    /// comparisons), every repeat different ones, and every run is reproducible.
+    pub fn tun_for_repeat(&self, repeat: usize) -> TunConfig {
+        let mut tun = TunConfig {
+            seed: derive_seed(self.seed, repeat as u64),
+            ..self.tun.clone()
+        };
+        if let Some(traces) = &mut tun.rate_trace {
+            traces.start = trace_start(&traces.downstream, repeat);
+        }
+        tun
+    }
+
     /// The link's one-line description (the first line of the report).
     pub fn describe_link(&self) -> String {
         match self.link_mode {
@@ -470,8 +547,10 @@ fn first_request_plan(args: &LabArgs) -> Result<Option<FirstRequestPlan>, BoxErr
                 .into(),
         );
     }
-    if args.explain || args.trace.is_some() || args.svg.is_some() {
-        return Err("--explain, --trace and --svg apply to the priority workloads only".into());
+    if args.explain || args.trace.is_some() || args.svg.is_some() || args.cross.is_some() {
+        return Err(
+            "--explain, --trace, --svg and --cross apply to the priority workloads only".into(),
+        );
     }
     if !rate && args.duration.is_some() {
         return Err("--duration applies to --workloads connection-rate only".into());
@@ -755,5 +834,35 @@ pub(crate) mod tests {
         // The default run is ours only: it needs no peer.
         let default = LabConfig::from_args(&args(&[])).unwrap();
         assert!(default.cases.iter().all(|c| c.peer().is_none()));
+    }
+
+    #[test]
+    fn cross_traffic_is_tun_only() {
+        let config = LabConfig::from_args(&args(&["--link", "tun", "--cross", "2"])).unwrap();
+        assert_eq!(config.tun.cross_flows, 2);
+        assert!(report_first_line(&config).ends_with(
+            "kernel TCP end to end; cross traffic: 2 bulk TCP flows server to client, 3 s head \
+             start"
+        ));
+        let none = LabConfig::from_args(&args(&["--link", "tun"])).unwrap();
+        assert_eq!(none.tun.cross_flows, 0);
+        let err = LabConfig::from_args(&args(&["--cross", "1"]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--cross applies to --link tun only"), "{err}");
+        let err = LabConfig::from_args(&args(&[
+            "--link",
+            "tun",
+            "--workloads",
+            "first-request",
+            "--cross",
+            "1",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("--cross apply to the priority workloads"),
+            "{err}"
+        );
     }
 }

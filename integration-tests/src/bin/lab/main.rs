@@ -21,12 +21,15 @@
 //! | `main.rs` | the entry point and the loop over the runs |
 //! | `args.rs` | the flags (clap), the configuration they make, the cells and the run order |
 //! | `first_request.rs` | `--workloads first-request` and `connection-rate`: runs, tables, JSON |
+//! | `outcome.rs` | every run, completed or not: failed runs, their count per cell |
 //! | `stats.rs` | medians, spreads and paired differences against stock |
 //! | `report.rs` | the Markdown tables and the JSON |
 //! | `svg.rs` | the chart (plotters) |
 
 mod args;
 mod first_request;
+mod impairments;
+mod outcome;
 mod report;
 mod stats;
 mod svg;
@@ -38,10 +41,11 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use integration_tests::tun;
-use integration_tests::workload::{run_once, run_tun_traced, Case, RunResult};
+use integration_tests::workload::{run_once, run_tun_traced, Case};
 use integration_tests::BoxError;
 
 use crate::args::{LabArgs, LabConfig, LinkMode};
+use crate::outcome::{completed, RunOutcome};
 use crate::report::{render_report, to_json};
 use crate::svg::write_svg;
 
@@ -107,11 +111,11 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
     progress.enable_steady_tick(Duration::from_millis(200));
     let started = Instant::now();
     let mut traces = Vec::new();
-    let results = run_lab(&config, &progress, &mut traces).await;
+    let outcomes = run_lab(&config, &progress, &mut traces).await;
     progress.finish_and_clear();
-    let results = results?;
+    let results = completed(&outcomes);
     let elapsed = started.elapsed();
-    print!("{}", render_report(&config, &results));
+    print!("{}", render_report(&config, &outcomes));
     if !traces.is_empty() {
         println!(
             "\nPacket traces (the record carrying the critical response's last byte: its \
@@ -121,9 +125,13 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
             println!("- {line}");
         }
     }
-    println!("\n{} runs in {:.1} s", results.len(), elapsed.as_secs_f64());
+    println!(
+        "\n{} runs in {:.1} s",
+        outcomes.len(),
+        elapsed.as_secs_f64()
+    );
     if let Some(path) = &args.json {
-        let mut json = to_json(&config, &results);
+        let mut json = to_json(&config, &outcomes);
         json["config"]["elapsed_s"] = elapsed.as_secs_f64().into();
         std::fs::write(path, serde_json::to_string_pretty(&json)? + "\n")
             .map_err(|e| format!("{}: {e}", path.display()))?;
@@ -133,7 +141,17 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
         write_svg(path, &config, &results).map_err(|e| format!("{}: {e}", path.display()))?;
         eprintln!("lab: wrote {}", path.display());
     }
-    Ok(())
+    match outcomes.len() - results.len() {
+        0 => Ok(()),
+        failed if results.is_empty() => Err(format!("all {failed} runs failed").into()),
+        failed => {
+            eprintln!(
+                "lab: {failed} of {} runs did not complete (listed under the table)",
+                outcomes.len()
+            );
+            Ok(())
+        }
+    }
 }
 
 /// `--workloads first-request` / `connection-rate`: runs the plan, prints its tables and
@@ -171,13 +189,14 @@ async fn run_first_request(
 }
 
 /// Runs the whole schedule, one run at a time (each with a fresh server, link and
-/// connection), advancing `progress`. The first failed run stops the lab with its error.
-/// Traced runs (`--trace`) each add a line to `traces`.
+/// connection), advancing `progress`. A run that fails or times out is kept with its error
+/// (and printed above the progress bar), and the lab goes on. Traced runs (`--trace`) each
+/// add a line to `traces`.
 async fn run_lab(
     config: &LabConfig,
     progress: &ProgressBar,
     traces: &mut Vec<String>,
-) -> Result<Vec<RunResult>, BoxError> {
+) -> Vec<RunOutcome> {
     let plan = config.schedule();
     progress.set_length(plan.len() as u64);
     let mut results = Vec::with_capacity(plan.len());
@@ -198,7 +217,8 @@ async fn run_lab(
         let run = match config.link_mode {
             LinkMode::Relay => run_once(&p.case, p.workload, p.urgencies, &config.link).await,
             LinkMode::Tun => {
-                let mut tun = config.tun;
+                // The repeat's impairment seed and trace start, from --seed and the repeat.
+                let mut tun = config.tun_for_repeat(p.repeat);
                 if trace_dir.is_some() {
                     tun.trace_packets = TRACE_PACKETS;
                 }
@@ -213,12 +233,18 @@ async fn run_lab(
                     })
             }
         };
-        let mut result = run.map_err(|e| format!("repeat {}: {e}", p.repeat + 1))?;
-        result.repeat = p.repeat;
-        results.push(result);
+        let outcome = RunOutcome::of(&p, run);
+        if let RunOutcome::Failed(failed) = &outcome {
+            progress.println(format!(
+                "lab: repeat {} did not complete: {}",
+                p.repeat + 1,
+                failed.error
+            ));
+        }
+        results.push(outcome);
         progress.inc(1);
     }
-    Ok(results)
+    results
 }
 
 /// Packets recorded per traced run (the first ones; a run of the fixture at 20 Mbit/s

@@ -8,6 +8,7 @@ use integration_tests::peers::INSTALL_HINT;
 use integration_tests::workload::{Case, RunResult, Urgencies, Workload, LATE_THRESHOLD};
 
 use crate::args::{LabConfig, LinkMode};
+use crate::outcome::{completed, failures, render_failures, RunOutcome};
 use crate::stats::{explain, paired, summarize, ExplainRow, Spread, BASELINE};
 
 /// `median [min, max]` with `decimals` decimals, with a sign when `signed`.
@@ -85,6 +86,13 @@ pub fn times_alone(ratio: Option<f64>) -> String {
     ratio.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"))
 }
 
+/// [`show`], `-` when unknown.
+fn show_known(spread: &Option<Spread>, decimals: usize) -> String {
+    spread
+        .as_ref()
+        .map_or_else(|| "-".to_string(), |s| show(s, decimals, false))
+}
+
 /// A spread's median in KiB, `-` when unknown.
 pub fn median_kib(spread: Option<Spread>) -> String {
     spread.map_or_else(|| "-".to_string(), |s| format!("{:.1}", s.median))
@@ -144,28 +152,34 @@ fn render_explain(rows: &[ExplainRow]) -> String {
     out
 }
 
-/// The lab's report: the link, the main table, the paired differences, and with
-/// `--explain` the attribution table.
-pub fn render_report(config: &LabConfig, results: &[RunResult]) -> String {
-    let mut out = render_tables(config, results);
+/// The lab's report: the link, the main table (over the completed runs) with the runs that
+/// did not complete under it, the paired differences, and with `--explain` the
+/// attribution table.
+pub fn render_report(config: &LabConfig, outcomes: &[RunOutcome]) -> String {
+    let results = completed(outcomes);
+    let mut out = render_tables(config, &results, outcomes);
     if config.explain {
-        out += &render_explain(&explain(config, results));
+        out += &render_explain(&explain(config, &results));
     }
     out
 }
 
-/// The link, the main table and the paired differences.
-fn render_tables(config: &LabConfig, results: &[RunResult]) -> String {
+/// The link, the main table, the runs that did not complete and the paired differences.
+fn render_tables(config: &LabConfig, results: &[RunResult], outcomes: &[RunOutcome]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", config.describe_link());
     let _ = writeln!(
         out,
-        "{} repeats, seed {}, order randomized within each repeat; {} runs. \
+        "{} repeats, seed {}, order randomized within each repeat; {}. \
          Median [min, max]; critical times from the moment the critical request left the \
-         client, fixture from connection start.\n",
+         client, fixture from connection start; goodput: body bytes from the first request \
+         to the last body byte.\n",
         config.repeats,
         config.seed,
-        results.len()
+        match outcomes.len() - results.len() {
+            0 => format!("{} runs", outcomes.len()),
+            failed => format!("{} runs, {failed} did not complete", outcomes.len()),
+        }
     );
     if !config.skipped.is_empty() {
         let _ = writeln!(
@@ -193,6 +207,10 @@ fn render_tables(config: &LabConfig, results: &[RunResult]) -> String {
                     show(&r.background_kib_before_critical, 0, false),
                     show(&r.fixture_complete_ms, 1, false),
                     show(&r.tls_records, 0, false),
+                    show(&r.fixture_goodput_mbit, 1, false),
+                    show_known(&r.bottleneck_share, 2),
+                    show_known(&r.link_drops, 0),
+                    show_known(&r.server_retransmits, 0),
                 ],
             )
         })
@@ -208,10 +226,15 @@ fn render_tables(config: &LabConfig, results: &[RunResult]) -> String {
             "background KiB before critical",
             "fixture complete ms",
             "TLS records",
+            "goodput Mbit/s",
+            "bottleneck share",
+            "link drops",
+            "server retransmits",
         ],
         &rows,
         3,
     );
+    out += &render_failures(&failures(config, outcomes));
 
     let pairs = paired(config, results);
     if pairs.is_empty() {
@@ -287,6 +310,8 @@ pub fn config_json(config: &LabConfig) -> serde_json::Value {
                 "queue_packets": config.tun.queue_packets,
                 "mtu": config.tun.mtu,
                 "cc": config.tun.cc,
+                "cross_flows": config.tun.cross_flows,
+                "impairments": crate::impairments::to_json(&config.tun),
                 "description": config.tun.describe(),
             }),
         },
@@ -300,14 +325,19 @@ pub fn config_json(config: &LabConfig) -> serde_json::Value {
     })
 }
 
-/// The lab's JSON: `{"config": ..., "results": [...], "summary": [...], "paired": [...]}`.
-pub fn to_json(config: &LabConfig, results: &[RunResult]) -> serde_json::Value {
+/// The lab's JSON: `{"config": ..., "results": [...], "summary": [...], "paired": [...],
+/// "explain": [...], "failed": [...]}`: every run in `results` (`completed` false with an
+/// `error` for one that failed or timed out), the statistics over the completed ones, and
+/// per cell the runs that did not complete.
+pub fn to_json(config: &LabConfig, outcomes: &[RunOutcome]) -> serde_json::Value {
+    let results = completed(outcomes);
     serde_json::json!({
         "config": config_json(config),
-        "results": results,
-        "summary": summarize(config, results),
-        "paired": paired(config, results),
-        "explain": explain(config, results),
+        "results": outcomes.iter().map(RunOutcome::to_json).collect::<Vec<_>>(),
+        "summary": summarize(config, &results),
+        "paired": paired(config, &results),
+        "explain": explain(config, &results),
+        "failed": failures(config, outcomes),
     })
 }
 
@@ -316,9 +346,17 @@ mod tests {
     use super::*;
     use crate::stats::tests::three_repeats;
 
+    fn outcomes(results: Vec<RunResult>) -> Vec<RunOutcome> {
+        results
+            .into_iter()
+            .map(|r| RunOutcome::Completed(Box::new(r)))
+            .collect()
+    }
+
     #[test]
     fn report_has_medians_and_paired_differences() {
         let (config, results) = three_repeats();
+        let results = outcomes(results);
         let report = render_report(&config, &results);
         assert!(report.starts_with(&config.link.describe()), "{report}");
         assert!(
@@ -339,9 +377,31 @@ mod tests {
             "background_bytes_before_critical",
             "fixture_complete_ms",
             "tls_records",
+            "fixture_goodput_mbit",
+            "fixture_transfer_ms",
         ] {
             assert!(!first[key].is_null(), "{key} in {first}");
         }
+        for key in [
+            "bottleneck_share",
+            "cross_bytes",
+            "link_drops",
+            "server_retransmits",
+        ] {
+            assert!(
+                first[key].is_null(),
+                "relay, no cross traffic: {key} in {first}"
+            );
+        }
+        assert_eq!(first["completed"], true);
+        // Goodput, share, drops, retransmits: the relay has no drops, and no case here
+        // reports retransmits.
+        let stock = report
+            .lines()
+            .find(|l| l.starts_with("| late     | explicit  | stock "))
+            .expect("stock's row");
+        let cells: Vec<&str> = stock.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells[9..], ["17.0 [16.0, 18.0]", "-", "-", "-"], "{report}");
         assert_eq!(first["workload"], "late");
         assert_eq!(json["config"]["link"]["mode"], "relay");
         assert_eq!(json["config"]["fixture"]["background"][1], "/bg/2");
@@ -354,7 +414,7 @@ mod tests {
         let (mut config, mut results) = three_repeats();
         config.cases.retain(|c| c.name() != BASELINE);
         results.retain(|r| r.case != BASELINE);
-        let report = render_report(&config, &results);
+        let report = render_report(&config, &outcomes(results));
         assert!(
             report.contains("(no paired differences: they need `stock` and another case)"),
             "{report}"

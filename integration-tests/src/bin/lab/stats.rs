@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use integration_tests::workload::{Attribution, RunResult, Urgencies, Workload};
+use integration_tests::workload::{Attribution, PathFigures, RunResult, Urgencies, Workload};
 use serde::Serialize;
 
 use crate::args::LabConfig;
@@ -73,6 +73,14 @@ pub struct SummaryRow {
     /// The median `critical_complete_ms` over the median of the same case and urgencies in
     /// the `alone` workload; `None` when `alone` was not run.
     pub critical_vs_alone: Option<f64>,
+    /// `fixture_goodput_mbit`.
+    pub fixture_goodput_mbit: Spread,
+    /// `bottleneck_share` (with cross traffic only).
+    pub bottleneck_share: Option<Spread>,
+    /// `link_drops` (tun link only).
+    pub link_drops: Option<Spread>,
+    /// `server_retransmits` (our servers only).
+    pub server_retransmits: Option<Spread>,
 }
 
 /// One line of the `--explain` table: where the bytes ahead of the critical response were
@@ -151,6 +159,9 @@ pub fn summarize(config: &LabConfig, results: &[RunResult]) -> Vec<SummaryRow> {
             let runs: Vec<&RunResult> =
                 cell_results(results, workload, urgencies, case.name()).collect();
             let spread = |f: &dyn Fn(&RunResult) -> f64| Spread::of(runs.iter().map(|r| f(r)));
+            let known = |f: fn(&PathFigures) -> Option<f64>| {
+                Spread::of(runs.iter().filter_map(|r| f(&r.path)))
+            };
             let alone = median_complete(results, Workload::Alone, urgencies, case.name());
             let critical_complete_ms = spread(&|r| r.critical_complete_ms)?;
             Some(SummaryRow {
@@ -168,6 +179,10 @@ pub fn summarize(config: &LabConfig, results: &[RunResult]) -> Vec<SummaryRow> {
                 fixture_complete_ms: spread(&|r| r.fixture_complete_ms)?,
                 tls_records: spread(&|r| r.tls_records as f64)?,
                 wire_kib: spread(&|r| r.wire_bytes as f64 / KIB)?,
+                fixture_goodput_mbit: spread(&|r| r.path.fixture_goodput_mbit)?,
+                bottleneck_share: known(|p| p.bottleneck_share),
+                link_drops: known(|p| p.link_drops.map(|n| n as f64)),
+                server_retransmits: known(|p| p.server_retransmits.map(|n| n as f64)),
             })
         })
         .collect()
@@ -275,6 +290,10 @@ pub(crate) mod tests {
             tls_records: 258,
             wire_bytes: 2_200_000,
             attribution: Attribution::default(),
+            path: PathFigures {
+                fixture_goodput_mbit: 18.0 - repeat as f64,
+                ..PathFigures::default()
+            },
         }
     }
 
@@ -309,6 +328,25 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn path_figures_are_medians_of_the_runs_that_have_them() {
+        let (config, mut results) = three_repeats();
+        for r in results.iter_mut().filter(|r| r.case == "scheduled") {
+            r.path.bottleneck_share = Some(0.1 * (r.repeat + 1) as f64);
+            r.path.link_drops = Some(10 * r.repeat as u64);
+            // Only two of the three runs know their retransmits.
+            r.path.server_retransmits = (r.repeat > 0).then_some(r.repeat as u64);
+        }
+        let rows = summarize(&config, &results);
+        let scheduled = &rows[1];
+        let share = scheduled.bottleneck_share.unwrap();
+        assert_eq!((share.median, share.n), (0.2, 3));
+        assert_eq!(scheduled.link_drops.map(|s| s.median), Some(10.0));
+        let retransmits = scheduled.server_retransmits.unwrap();
+        assert_eq!((retransmits.median, retransmits.n), (1.5, 2));
+        assert_eq!(rows[0].bottleneck_share, None);
+    }
+
+    #[test]
     fn spreads() {
         let s = Spread::of([3.0, 1.0, 10.0, 2.0]).unwrap();
         assert_eq!((s.median, s.min, s.max, s.n), (2.5, 1.0, 10.0, 4));
@@ -334,6 +372,11 @@ pub(crate) mod tests {
         assert_eq!(pairs[0].background_kib_before_critical.median, -960.0);
         assert_eq!(pairs[0].critical_sooner, 3);
         assert_eq!(rows[0].critical_vs_alone, None, "alone was not run");
+        assert_eq!(rows[0].fixture_goodput_mbit.median, 17.0);
+        assert_eq!(rows[0].fixture_goodput_mbit.min, 16.0);
+        assert_eq!(rows[0].bottleneck_share, None, "no cross traffic");
+        assert_eq!(rows[0].link_drops, None, "relay");
+        assert_eq!(rows[0].server_retransmits, None);
     }
 
     #[test]
