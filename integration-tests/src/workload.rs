@@ -509,7 +509,7 @@ pub async fn run_on(
     let mut measured = measured.result;
     if let Server::InProcess(server) = &server {
         measured.attribution.from_server(&server.connection_stats());
-        measured.path.server_retransmits = server.stats().server_retransmits();
+        measured.path.from_server(&server.stats());
     }
     // The client is gone (its connection closes); stop the link and the server, and let the
     // close travel before the next run starts.

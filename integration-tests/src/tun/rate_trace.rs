@@ -573,4 +573,21 @@ mod tests {
         assert_eq!(traced.departure(t0, 1500), t0 + Duration::from_millis(2));
         assert_eq!(traced.departure(t0, 1500), t0 + Duration::from_millis(3));
     }
+
+    #[test]
+    fn a_schedule_can_start_anywhere_in_its_trace() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let trace = RateTrace::parse("t", "10\n20\n30\n40\n").unwrap();
+        // Link time 0 is trace time 15: the first opportunity is the one at 20.
+        let mut late = Bottleneck::Trace(TraceSchedule::new(trace.clone(), t0, ms(15)));
+        assert_eq!(late.departure(t0, 1500), t0 + ms(5));
+        assert_eq!(late.departure(t0, 1500), t0 + ms(15));
+        assert_eq!(late.departure(t0, 1500), t0 + ms(25));
+        // Then the loop: the opportunity at 10 of the next cycle (trace time 50).
+        assert_eq!(late.departure(t0, 1500), t0 + ms(35));
+        // A start beyond the period wraps: 95 is 15 of the third cycle.
+        let mut wrapped = Bottleneck::Trace(TraceSchedule::new(trace, t0, ms(95)));
+        assert_eq!(wrapped.departure(t0, 1500), t0 + ms(5));
+    }
 }

@@ -37,6 +37,12 @@ pub struct PathFigures {
     /// Segments our server's TCP retransmitted on the run's connection (Linux
     /// `tcpi_total_retrans` when the connection ended).
     pub server_retransmits: Option<u64>,
+    /// Times the write budget made bulk data wait on a timer (tls-flush cases: the
+    /// wrapper's `budget_waits`, summed over the server's connections).
+    pub budget_waits: Option<u64>,
+    /// Times the write budget lifted its in-flight cap because another flow filled the
+    /// bottleneck queue (tls-flush cases: the wrapper's `budget_cap_lifts`).
+    pub budget_cap_lifts: Option<u64>,
 }
 
 impl PathFigures {
@@ -47,6 +53,17 @@ impl PathFigures {
             fixture_goodput_mbit: goodput_mbit(fixture_body_bytes(workload), transfer),
             fixture_transfer_ms: transfer.as_secs_f64() * 1e3,
             ..PathFigures::default()
+        }
+    }
+
+    /// Sets what our in-process server knows: its retransmits, and the write budget's
+    /// decisions over its wrapped connections (none for a stock server).
+    pub fn from_server(&mut self, server: &crate::server::ServerStats) {
+        self.server_retransmits = server.server_retransmits();
+        let connections: Vec<_> = server.connections().iter().map(|c| c.snapshot()).collect();
+        if !connections.is_empty() {
+            self.budget_waits = Some(connections.iter().map(|c| c.budget_waits).sum());
+            self.budget_cap_lifts = Some(connections.iter().map(|c| c.budget_cap_lifts).sum());
         }
     }
 

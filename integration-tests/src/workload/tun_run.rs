@@ -137,7 +137,7 @@ pub async fn run_tun_traced(
     result.attribution.link_queue_bytes_at_request = link_queue;
     if let Some(stats) = server_stats {
         result.attribution.from_server(&stats.connections());
-        result.path.server_retransmits = stats.server_retransmits();
+        result.path.from_server(&stats);
     }
     result.path.link_drops = Some(drops);
     if let Some(bytes) = cross_bytes {

@@ -203,8 +203,8 @@ pub struct LabArgs {
     #[arg(long)]
     pub queue_packets: Option<usize>,
     /// With --link tun only: random loss in percent, each direction, of the packets entering
-    /// the bottleneck (before the queue; counted apart from tail drops), seeded: each run's
-    /// link seed derives from --seed and the run's index [default: 0, none].
+    /// the bottleneck (before the queue; counted apart from tail drops), seeded: each
+    /// repeat's link seed derives from --seed and the repeat [default: 0, none].
     #[arg(long, value_name = "PCT")]
     pub loss: Option<f64>,
     /// With --link tun and --loss: losses come in bursts of LEN packets on average (a
@@ -223,12 +223,14 @@ pub struct LabArgs {
     /// client, UP (optional; without it the uplink keeps --rate-mbit) for client to server.
     /// Each is a file, or a bare name resolved in integration-tests/data/traces with
     /// `.down` or `.up` by direction: Verizon-LTE-short, TMobile-LTE-short (e.g.
-    /// --rate-trace Verizon-LTE-short,Verizon-LTE-short for both ways).
+    /// --rate-trace Verizon-LTE-short,Verizon-LTE-short for both ways). Repeat 0 starts at
+    /// the traces' beginning, each later repeat elsewhere in them, every case of a repeat
+    /// at the same point.
     #[arg(long, value_name = "DOWN[,UP]", value_delimiter = ',')]
     pub rate_trace: Option<Vec<String>>,
     /// Seed of the random order within each repeat, and of the tun link's random
-    /// impairments (--loss, --jitter-ms: each run's link seed derives from it and the run's
-    /// index) [default: a random one, printed].
+    /// impairments (--loss, --jitter-ms: each repeat's link seed derives from it and the
+    /// repeat, the same for every case of the repeat) [default: a random one, printed].
     #[arg(long)]
     pub seed: Option<u64>,
     /// Writes `{"config": ..., "results": [...]}` (plus the summary) to this file.
