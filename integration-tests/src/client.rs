@@ -379,6 +379,14 @@ pub fn pattern_sha256(len: u64) -> [u8; 32] {
 }
 
 fn connector(trust: &Trust) -> Result<TlsConnector, BoxError> {
+    Ok(TlsConnector::from(Arc::new(h2_client_config(trust)?)))
+}
+
+/// The harness's rustls client configuration: the `ring` provider, rustls' safe default
+/// protocol versions, ALPN `h2` only, and the server verified as `trust` says. The one
+/// place every client of the harness (the tapped client, the first-request client, the
+/// peers' readiness probe) gets its TLS settings, so that they all speak the same TLS.
+pub fn h2_client_config(trust: &Trust) -> Result<rustls::ClientConfig, BoxError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()?;
@@ -394,5 +402,5 @@ fn connector(trust: &Trust) -> Result<TlsConnector, BoxError> {
             .with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Ok(TlsConnector::from(Arc::new(config)))
+    Ok(config)
 }
