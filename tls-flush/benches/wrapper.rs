@@ -13,6 +13,7 @@ use std::task::{Context, Poll};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tls_flush::{FlushConfig, FlushStream, Policy, Transport};
+use tls_flush_testkit::tls::{config_pair, connect_as_localhost};
 use tls_flush_testkit::Sink;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
@@ -84,32 +85,17 @@ fn plain(c: &mut Criterion) {
     group.finish();
 }
 
+/// The server side of a TLS connection (a fresh certificate, rustls' default versions) over
+/// an in-memory pipe whose client end only discards what it receives.
 fn tls_pair(rt: &tokio::runtime::Runtime) -> tokio_rustls::server::TlsStream<Pipe> {
-    let key = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cert = key.cert.der().clone();
-    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.key_pair.serialize_der().into()),
-        )
-        .expect("server config");
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).expect("root");
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let (server, client) = config_pair(&["localhost"], rustls::DEFAULT_VERSIONS);
     rt.block_on(async {
         let (a, b) = tokio::io::duplex(1 << 20);
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
-        let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-        let (server, client) = tokio::join!(acceptor.accept(Pipe(a)), connector.connect(name, b));
+        let (server, client) = tokio::join!(
+            acceptor.accept(Pipe(a)),
+            connect_as_localhost(Arc::new(client), b)
+        );
         let (mut raw, _) = client.expect("client handshake").into_inner();
         // The far end only discards ciphertext.
         tokio::spawn(async move {

@@ -15,7 +15,6 @@ use http::{Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::ServerName;
 use std::time::Duration;
 use tls_flush::client::{FirstFlightConfig, FlushConnector};
 use tls_flush::{EarlyData, TooEarlyLayer};
@@ -39,10 +38,7 @@ async fn fetch(
     path: &str,
     body: &'static [u8],
 ) -> String {
-    let stream = connector
-        .connect_addr(addr, ServerName::try_from("localhost").unwrap())
-        .await
-        .unwrap();
+    let stream = connector.connect_addr(addr, localhost()).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
             .await

@@ -18,7 +18,6 @@ use http::{Request, Uri};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::ServerName;
 use tls_flush::client::{FirstFlightConfig, FlushConnector};
 use tokio::net::TcpStream;
 
@@ -73,10 +72,7 @@ async fn connector_first_flight_is_one_record_in_one_read_stock_is_not() {
     let mut silent = Silent::start(server, Duration::from_millis(300)).await;
     let proxy = Proxy::start(silent.addr).await;
     let tcp = TcpStream::connect(proxy.addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(client))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
+    let tls = connect_as_localhost(Arc::new(client), tcp).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await
@@ -101,12 +97,11 @@ async fn connector_first_flight_is_one_record_in_one_read_stock_is_not() {
 async fn a_lone_handshake_is_held_no_longer_than_the_bound() {
     let (server, client) = tls_pair(0);
     let client = Arc::new(client);
-    let name = || ServerName::try_from("localhost").unwrap();
 
     // Default bound (2 ms): the preface and SETTINGS leave at once without a request.
     let mut silent = Silent::start(server.clone(), Duration::from_millis(300)).await;
     let stream = FlushConnector::new(client.clone())
-        .connect_addr(silent.addr, name())
+        .connect_addr(silent.addr, localhost())
         .await
         .unwrap();
     let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
@@ -129,7 +124,7 @@ async fn a_lone_handshake_is_held_no_longer_than_the_bound() {
     let mut silent = Silent::start(server, Duration::from_millis(500)).await;
     let stream = FlushConnector::new(client)
         .first_flight(FirstFlightConfig::default().hold(Duration::from_millis(150)))
-        .connect_addr(silent.addr, name())
+        .connect_addr(silent.addr, localhost())
         .await
         .unwrap();
     let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(

@@ -17,17 +17,18 @@ use http::StatusCode;
 use serve_support::*;
 use tls_flush::{ConnectionInfo, FlushConfig, FlushListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
+/// A `FlushListener` (default `FlushConfig`) on a free loopback port, its address, and a
+/// client configuration trusting its certificate.
 async fn flush_listener() -> (
     FlushListener,
     SocketAddr,
     std::sync::Arc<rustls::ClientConfig>,
 ) {
     let (acceptor, client) = tls_pair();
-    let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = tcp.local_addr().unwrap();
+    let (tcp, addr) = loopback_listener().await;
     (
         FlushListener::new(tcp, acceptor, FlushConfig::default()),
         addr,

@@ -28,7 +28,7 @@ use serve_support::*;
 use tls_flush::{ConnectionStats, FlushConfig, FlushStream, Transport};
 use tls_flush_testkit::frame::{parse_frames_lenient, Frame, DATA, END_STREAM};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tower_priority::PriorityLayer;
 
@@ -140,8 +140,7 @@ async fn server() -> (
     Arc<rustls::ClientConfig>,
 ) {
     let (acceptor, client) = tls_pair();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = loopback_listener().await;
     let records = Arc::new(Mutex::new(Vec::new()));
     let log = records.clone();
     let (stats_tx, stats_rx) = tokio::sync::oneshot::channel();

@@ -221,7 +221,7 @@ async fn handlers_see_their_connection_stats() {
 #[tokio::test]
 async fn serve_connection_serves_one_connection() {
     let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
+    let (listener, addr) = loopback_listener().await;
     let server = tokio::spawn(async move {
         let (tcp, _) = listener.accept().await.unwrap();
         tls_flush::serve_connection(tcp, acceptor, FlushConfig::default(), app()).await

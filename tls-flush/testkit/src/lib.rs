@@ -1,5 +1,6 @@
 //! Test support for `tls-flush`, shared by its tests (`tests/pipeline_props.rs`,
-//! `tests/pipeline_cases.rs`, `tests/fuzz_regressions.rs`), its benchmarks and the
+//! `tests/pipeline_cases.rs`, `tests/fuzz_regressions.rs`, the tests on real sockets), its
+//! benchmarks and the
 //! cargo-fuzz targets in `fuzz/` (which depend on this crate by path), so that the fuzzers,
 //! the property tests and the corpus replay in CI run exactly the same machinery and checks.
 //! Not published.
@@ -7,7 +8,8 @@
 //! Without features it depends only on `std`, tokio's I/O traits and the public APIs of
 //! `tls-flush` and `tower-priority`, so it builds on stable (the tests) and on nightly with
 //! sanitizer flags (the fuzz crate) alike; the `h2-client` feature adds `h2` for the tests
-//! that talk to real servers.
+//! that talk to real servers, and the `tls` feature rustls, tokio-rustls and rcgen for the
+//! tests (and the benchmark) that set up TLS.
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -27,6 +29,7 @@
 //! | [`read_run`] | running a `read_observer` case |
 //! | [`parsers`] | the `priority_parse` and `priority_update_parse` targets |
 //! | `h2_client` (feature `h2-client`) | an h2 test client's handshake, body readers and timeouts |
+//! | `tls` (feature `tls`) | a fresh certificate, rustls configurations, a loopback listener, a client handshake |
 //!
 //! Entry points of the fuzz targets: [`run_write_pipeline`], [`run_read_observer`],
 //! [`run_priority_parse`] and [`run_priority_update_parse`] return `Err(description)` when
@@ -48,6 +51,8 @@ pub mod parsers;
 pub mod read_case;
 pub mod read_run;
 pub mod sink;
+#[cfg(feature = "tls")]
+pub mod tls;
 pub mod transport;
 pub mod write_case;
 pub mod write_run;

@@ -1,5 +1,6 @@
-//! Shared pieces of the `tls_flush::client` tests: TLS configurations with a fresh `rcgen`
-//! certificate (for `localhost` and 127.0.0.1), a recording TCP proxy that parses the TLS
+//! Shared pieces of the `tls_flush::client` tests: TLS 1.3 configurations with early data
+//! around a fresh certificate for `localhost` and 127.0.0.1 (made by the testkit's `tls`,
+//! which the `serve` tests use too), a recording TCP proxy that parses the TLS
 //! record headers the client sends, a silent TLS server that only reads, and an HTTP/2
 //! server (hyper) that records, per connection, the early data it accepted and the
 //! requests it served.
@@ -15,13 +16,16 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{CertificateParams, KeyPair};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, ServerConfig};
 use tls_flush::EarlyDataStream;
+use tls_flush_testkit::tls::{config_pair, loopback_listener, ALPN_H2};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
+
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use tls_flush_testkit::tls::{connect_as_localhost, localhost};
 
 /// Bound on every wait of these tests.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,39 +33,16 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// TLS content type of application data (and, in TLS 1.3, of every encrypted record).
 pub const APPLICATION_DATA: u8 = 23;
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A server configuration (ALPN `h2`, TLS 1.3 early data up to `max_early_data` bytes,
-/// rustls' default stateful resumption) with a fresh certificate, and a client configuration
-/// trusting it (ALPN `h2`, early data enabled, rustls' default resumption store).
+/// A server configuration (TLS 1.3 only, ALPN `h2`, early data up to `max_early_data`
+/// bytes, rustls' default stateful resumption) with a fresh certificate for `localhost` and
+/// 127.0.0.1, and a client configuration trusting it (ALPN `h2`, early data enabled,
+/// rustls' default resumption store).
 pub fn tls_pair(max_early_data: u32) -> (ServerConfig, ClientConfig) {
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let mut server = ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec()];
+    let (mut server, mut client) =
+        config_pair(&["localhost", "127.0.0.1"], &[&rustls::version::TLS13]);
+    server.alpn_protocols = vec![ALPN_H2.to_vec()];
     server.max_early_data_size = max_early_data;
-
-    let mut roots = RootCertStore::empty();
-    roots.add(cert.der().clone()).unwrap();
-    let mut client = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.alpn_protocols = vec![b"h2".to_vec()];
+    client.alpn_protocols = vec![ALPN_H2.to_vec()];
     client.enable_early_data = true;
     (server, client)
 }
@@ -93,8 +74,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub async fn start(upstream: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let (listener, addr) = loopback_listener().await;
         let records = Arc::new(Mutex::new(Vec::new()));
         let log = records.clone();
         tokio::spawn(async move {
@@ -197,8 +177,7 @@ pub struct Silent {
 
 impl Silent {
     pub async fn start(server: ServerConfig, listen: Duration) -> Silent {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let (listener, addr) = loopback_listener().await;
         let acceptor = TlsAcceptor::from(Arc::new(server));
         let (tx, seen) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -266,8 +245,7 @@ pub struct H2Server {
 
 impl H2Server {
     pub async fn start(configs: Vec<ServerConfig>) -> H2Server {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let (listener, addr) = loopback_listener().await;
         let acceptors: Vec<TlsAcceptor> = configs
             .into_iter()
             .map(|c| TlsAcceptor::from(Arc::new(c)))

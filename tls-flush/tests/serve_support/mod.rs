@@ -1,7 +1,8 @@
-//! Shared pieces of the `tls_flush::serve` tests: a TLS server configuration with a fresh
-//! `rcgen` certificate, a client trusting it, an HTTP/2 client over tokio-rustls (its
-//! handshake, body readers and timeouts are the testkit's `h2_client`, which the example
-//! servers' tests use too), the test app, and body checks.
+//! Shared pieces of the `tls_flush::serve` tests: a TLS acceptor and a client configuration
+//! trusting only its certificate (made by the testkit's `tls`, which the client tests use
+//! too), an HTTP/2 client over tokio-rustls (its handshake, body readers and timeouts are
+//! the testkit's `h2_client`, which the example servers' tests use too), the test app, and
+//! body checks.
 
 #![allow(dead_code)]
 
@@ -16,18 +17,19 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use rcgen::{CertificateParams, KeyPair};
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::ClientConfig;
 use tls_flush::{ConnectionStats, FlushConfig};
-use tokio::net::{TcpListener, TcpStream};
+use tls_flush_testkit::tls::{config_pair, connect_as_localhost, ALPN_H2, ALPN_HTTP_1_1};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsAcceptor;
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]
 pub use tls_flush_testkit::h2_client::{h2_handshake, read_all, read_unreleased, within, TIMEOUT};
+#[allow(unused_imports)]
+pub use tls_flush_testkit::tls::loopback_listener;
 
 /// Length of `/big`.
 pub const BIG_LEN: usize = 1 << 20;
@@ -43,46 +45,14 @@ pub fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i % 251) as u8).collect()
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A server acceptor (ALPN `h2`, `http/1.1`) with a fresh self-signed certificate for
-/// `localhost` (rcgen's default leaf parameters), and a client configuration trusting only
+/// A server acceptor (ALPN `h2`, `http/1.1`; rustls' default protocol versions) with a
+/// fresh self-signed certificate for `localhost`, and a client configuration trusting only
 /// that certificate and offering `h2`.
 pub fn tls_pair() -> (TlsAcceptor, Arc<ClientConfig>) {
-    let key = KeyPair::generate().unwrap();
-    let cert = CertificateParams::new(vec!["localhost".to_string()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let mut server = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-    server.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-
-    let mut roots = RootCertStore::empty();
-    roots.add(cert.der().clone()).unwrap();
-    let mut client = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    client.alpn_protocols = vec![b"h2".to_vec()];
+    let (mut server, mut client) = config_pair(&["localhost"], rustls::DEFAULT_VERSIONS);
+    server.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP_1_1.to_vec()];
+    client.alpn_protocols = vec![ALPN_H2.to_vec()];
     (TlsAcceptor::from(Arc::new(server)), Arc::new(client))
-}
-
-/// A listener on a free port of 127.0.0.1, and its address.
-pub async fn listener() -> (TcpListener, SocketAddr) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    (listener, addr)
 }
 
 /// `tls_flush::serve` of [`app`], running on its own task.
@@ -116,7 +86,7 @@ pub async fn start(
     configure: impl FnOnce(tls_flush::Serve<Router>) -> tls_flush::Serve<Router>,
 ) -> Running {
     let (acceptor, client) = tls_pair();
-    let (listener, addr) = listener().await;
+    let (listener, addr) = loopback_listener().await;
     let (stop, stopped) = oneshot::channel::<()>();
     let server = configure(tls_flush::serve(
         listener,
@@ -198,14 +168,10 @@ pub async fn h2_connect(
 
 /// [`h2_connect`] over an already connected TCP stream.
 pub async fn h2_over(tcp: TcpStream, client: Arc<ClientConfig>, window: Option<u32>) -> H2Client {
-    let name = ServerName::try_from("localhost").unwrap();
-    let tls = within(
-        "TLS handshake",
-        TlsConnector::from(client).connect(name, tcp),
-    )
-    .await
-    .expect("TLS handshake");
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "ALPN");
+    let tls = within("TLS handshake", connect_as_localhost(client, tcp))
+        .await
+        .expect("TLS handshake");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(ALPN_H2), "ALPN");
     let (send, connection) = h2_handshake(tls, window).await;
     H2Client {
         send,
