@@ -1,6 +1,6 @@
 //! Property tests for the HTTP/2 write pipeline of `tls-flush` under backpressure
 //! (docs/ARCHITECTURE.md, "The write path" and "Invariants"). The deterministic tests of the same
-//! pipeline are in `pipeline_cases.rs`; the machinery both use (and the fuzz targets in
+//! pipeline are in `pipeline_cases/`; the machinery both use (and the fuzz targets in
 //! `fuzz/`) is the `tls-flush-testkit` crate (`testkit/`).
 //!
 //! A fault-injecting transport ([`FaultyTransport`](tls_flush_testkit::FaultyTransport)) answers every `poll_write`, `poll_flush`

@@ -158,6 +158,12 @@ impl Harness {
         Ok(result)
     }
 
+    /// One `poll_write` of `bytes`, not retried: how a case sees whether the wrapper takes a
+    /// frame or refuses it (`Pending`, which must still come with a wake-up).
+    pub fn offer(&mut self, bytes: &[u8]) -> Result<Poll<io::Result<usize>>, String> {
+        self.poll_once("poll_write", |s, cx| s.poll_write(cx, bytes))
+    }
+
     /// Polls until `Ready`, as an executor woken by the transport would.
     fn poll_ready<T>(
         &mut self,

@@ -1,11 +1,11 @@
 //! The HTTP/2 frame model: frame type and flag constants, [`Frame`] (encode, parse, print
 //! without payloads) and builders for the frames the tests and fuzz cases write (SETTINGS,
 //! PRIORITY_UPDATE, DATA with distinctive payloads, header blocks split into HEADERS and
-//! CONTINUATIONs, a client's preface and requests).
+//! CONTINUATIONs, a response's HEADERS, a client's preface and requests).
 
 use std::fmt;
 
-use crate::hpack::request_block;
+use crate::hpack::{request_block, response_block};
 
 pub const DATA: u8 = 0x0;
 pub const HEADERS: u8 = 0x1;
@@ -232,6 +232,23 @@ pub fn header_block(stream: u32, block: &[u8], parts: usize, end_stream: bool) -
             }
         })
         .collect()
+}
+
+/// A response's header block in one HEADERS frame (`:status 200`, END_HEADERS) on `stream`,
+/// without a `priority` header: the response follows the client's signal.
+pub fn response_headers(stream: u32) -> Frame {
+    Frame::new(HEADERS, END_HEADERS, stream, response_block(None, 0))
+}
+
+/// [`response_headers`] carrying the `priority` response header `priority`: the
+/// application pinned the response's priority (as `tower_priority::PriorityLayer` does).
+pub fn pinned_response_headers(stream: u32, priority: &str) -> Frame {
+    Frame::new(
+        HEADERS,
+        END_HEADERS,
+        stream,
+        response_block(Some(priority), 0),
+    )
 }
 
 /// A client's bytes: the preface, an empty SETTINGS, then one request (HEADERS with

@@ -1,5 +1,5 @@
 //! Test support for `tls-flush`, shared by its tests (`tests/pipeline_props.rs`,
-//! `tests/pipeline_cases.rs`, `tests/fuzz_regressions.rs`, the tests on real sockets), its
+//! `tests/pipeline_cases/`, `tests/fuzz_regressions.rs`, the tests on real sockets), its
 //! benchmarks and the
 //! cargo-fuzz targets in `fuzz/` (which depend on this crate by path), so that the fuzzers,
 //! the property tests and the corpus replay in CI run exactly the same machinery and checks.
@@ -22,6 +22,7 @@
 //! | [`alloc`] | [`CountingAlloc`], a counting global allocator for the memory bounds |
 //! | [`knobs`] | [`Knobs`], a write case's `FlushConfig` |
 //! | [`input`] | [`Input`], the hand-written fuzz input decoder |
+//! | [`cases`] | the building blocks of the deterministic pipeline cases |
 //! | [`write_case`], [`frame_gen`] | the `write_pipeline` case and its decoder |
 //! | [`write_run`] | writing as h2 does, flushing, shutting down, checking the delivery |
 //! | [`read_case`] | the `read_observer` case and its decoder |
@@ -37,6 +38,7 @@
 //! wrapper panicked or livelocked.
 
 pub mod alloc;
+pub mod cases;
 pub mod checks;
 pub mod driver;
 pub mod frame;
@@ -58,6 +60,9 @@ pub mod write_case;
 pub mod write_run;
 
 pub use alloc::CountingAlloc;
+pub use cases::{
+    absorb_frame, blocked_scheduled, comparable_preset, delivered, positions, started, took_all,
+};
 pub use checks::{
     check_control_not_overtaken, check_counters, check_first_settings_grew, check_header_blocks,
     check_in_order, check_settings_barriers, expected_frames, follows_header_grammar,

@@ -70,6 +70,16 @@ pub enum Event {
     Flush { flushed: usize },
 }
 
+impl Event {
+    /// The bytes one write took; `None` for a flush.
+    pub fn written(&self) -> Option<usize> {
+        match *self {
+            Event::Write { from, to } => Some(to - from),
+            Event::Flush { .. } => None,
+        }
+    }
+}
+
 /// The transport's state, shared with the driver and the test while the `FlushStream` owns
 /// the transport.
 #[derive(Debug)]

@@ -1,0 +1,226 @@
+//! Where records end and how they are written. An urgent small DATA frame ends its record
+//! (the early cut), which is flushed at once even through a transport that buffers without
+//! saying so; the connection's first flight waits for the first DATA to share its record; on
+//! a path the write budget does not pace, bulk DATA leaves in writes of four full records,
+//! also across h2's flush after every frame.
+
+use std::time::Duration;
+
+use tls_flush::Policy;
+use tls_flush_testkit::{
+    client_with_requests, comparable_preset, data, delivered, encode_all, response_headers,
+    settings_frame, started, Buffering, Event, Frame, Harness, SimulatedPath, Wire, ACK,
+    HEADER_LEN, MAX_RECORD,
+};
+
+/// A transport that records every write and flush (`buffering` as given), the client
+/// sending `requests`.
+fn recording_wire(buffering: Buffering, requests: &[(u32, Option<&str>)]) -> Wire {
+    let mut w = Wire::open(buffering, client_with_requests(requests));
+    w.record_events = true;
+    w
+}
+
+/// `policy` over a [`recording_wire`], having read `requests`.
+fn recording(policy: Policy, buffering: Buffering, requests: &[(u32, Option<&str>)]) -> Harness {
+    started(
+        comparable_preset(policy),
+        recording_wire(buffering, requests),
+    )
+}
+
+/// [`recording`] `scheduled` after one `u=3` request (stream 1), on a path with a wide
+/// window (10,000 segments, acknowledged at once) and minimum RTT `min_rtt`: under a
+/// millisecond the write budget does not pace it.
+fn recording_on_path(min_rtt: Duration) -> Harness {
+    let mut w = recording_wire(Buffering::Off, &[(1, Some("u=3"))]);
+    w.path = Some(SimulatedPath {
+        cwnd: 10_000,
+        mss: 65_483,
+        min_rtt,
+        delivery_rate: 0,
+        ssthresh: 0,
+        acked_per_read: 1 << 30,
+    });
+    started(comparable_preset(Policy::Scheduled), w)
+}
+
+/// An urgent small DATA frame ends its record, and the record is flushed at once, here with
+/// a transport that reports its buffered output (as rustls does).
+#[test]
+fn urgent_small_data_ends_its_record_and_is_flushed() {
+    let mut h = recording(
+        Policy::EarlyFlush,
+        Buffering::Reported,
+        &[(1, Some("u=0")), (3, None)],
+    );
+    h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+    h.flush().unwrap();
+    let burst = encode_all(&[
+        response_headers(1),
+        data(1, 0, 100, true),
+        response_headers(3),
+        data(3, 0, 100, false),
+    ]);
+    h.write_all(&burst).unwrap();
+    // SETTINGS (empty), then the record cut right after stream 1's DATA.
+    let urgent_end = HEADER_LEN + (HEADER_LEN + 1) + (HEADER_LEN + 100);
+    let w = h.wire.borrow();
+    assert_eq!(
+        w.accepted.len(),
+        urgent_end,
+        "the record must end right after the urgent DATA frame, the rest waits for more"
+    );
+    assert_eq!(
+        w.flushed,
+        w.accepted.len(),
+        "the urgent record was not flushed"
+    );
+    assert_eq!(w.event_summary(), (urgent_end, Some(urgent_end)));
+    drop(w);
+    assert_eq!(h.stats().early_cuts, 1);
+    h.settle().unwrap();
+    h.shutdown().unwrap();
+    assert_eq!(h.output().len(), HEADER_LEN + burst.len());
+}
+
+/// The urgent cut flushes the record it ends after writing it, also through a transport
+/// that buffers without saying so (`has_buffered_output` left at the trait's default), where
+/// nothing else would flush it: the transport sees the cut record written, then a flush
+/// covering all of it, within the write that completed the urgent frame.
+#[test]
+fn urgent_cut_record_is_flushed_after_it_is_written() {
+    let mut h = recording(Policy::EarlyFlush, Buffering::Silent, &[(1, Some("u=0"))]);
+    h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+    // The lone SETTINGS waits a moment for DATA to share its record (first flight), then
+    // goes on its own.
+    h.settle().unwrap();
+    let settings_events = vec![
+        Event::Write {
+            from: 0,
+            to: HEADER_LEN,
+        },
+        Event::Flush {
+            flushed: HEADER_LEN,
+        },
+    ];
+    assert_eq!(h.wire.borrow().events, settings_events);
+    h.write_all(&encode_all(&[response_headers(1), data(1, 0, 100, true)]))
+        .unwrap();
+    assert_eq!(h.stats().early_cuts, 1);
+    let w = h.wire.borrow();
+    let end = 3 * HEADER_LEN + 1 + 100;
+    assert_eq!(w.accepted.len(), end);
+    assert_eq!(
+        w.events[settings_events.len()..],
+        [
+            Event::Write {
+                from: HEADER_LEN,
+                to: end
+            },
+            Event::Flush { flushed: end }
+        ],
+        "the cut record must be written, then flushed; transport events: {:?}",
+        w.events
+    );
+}
+
+/// The connection's first record: the server's SETTINGS, its ACK and a header block wait
+/// for the first DATA and leave with it in one write (one segment of the initial window,
+/// not three), while a lone SETTINGS still goes once the short wait is over.
+#[test]
+fn the_first_flight_shares_one_record_with_the_first_data() {
+    for policy in [Policy::EarlyFlush, Policy::Scheduled] {
+        let mut h = recording(policy, Buffering::Silent, &[(1, Some("u=3"))]);
+        h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+        h.flush().unwrap();
+        h.write_all(&settings_frame(ACK, &[]).encode()).unwrap();
+        h.flush().unwrap();
+        h.write_all(&encode_all(&[response_headers(1)])).unwrap();
+        h.flush().unwrap();
+        assert!(
+            h.wire.borrow().accepted.is_empty(),
+            "{policy:?}: control frames went before any DATA"
+        );
+        h.write_all(&encode_all(&[data(1, 0, 3000, false)]))
+            .unwrap();
+        h.flush().unwrap();
+        h.settle().unwrap();
+        let w = h.wire.borrow();
+        let first = match w.events.first() {
+            Some(Event::Write { from: 0, to }) => *to,
+            other => panic!("{policy:?}: {other:?}"),
+        };
+        assert!(
+            first >= 3 * HEADER_LEN + 1 + HEADER_LEN + 3000,
+            "{policy:?}: the first write took {first} bytes"
+        );
+    }
+    // Nothing follows: the SETTINGS goes on its own once the wait is over.
+    let w = Wire::open(Buffering::Silent, client_with_requests(&[]));
+    let mut h = started(comparable_preset(Policy::Scheduled), w);
+    h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+    h.settle().unwrap();
+    assert_eq!(h.wire.borrow().accepted.len(), HEADER_LEN);
+}
+
+/// h2 flushes after every frame it writes: on an unpaced path bulk DATA still leaves in
+/// writes of four full records, each flush right after a write waiting (the task woken)
+/// while fewer are queued; the flush that follows no write (h2's batch is over) writes
+/// the rest.
+#[test]
+fn an_unpaced_path_packs_wide_writes_across_h2s_per_frame_flushes() {
+    let mut h = recording_on_path(Duration::from_micros(30));
+    let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+    h.write_all(&encode_all(&input)).unwrap();
+    h.flush().unwrap();
+    h.settle().unwrap();
+    // Nine full frames and a short last one: two writes of four records, then the rest.
+    let body: Vec<Frame> = (0..10)
+        .map(|i| data(1, i, if i == 9 { 100 } else { 16384 }, i == 9))
+        .collect();
+    let writes_before = h.wire.borrow().events.len();
+    for frame in &body {
+        h.write_all(&frame.encode()).unwrap();
+        h.flush().unwrap();
+    }
+    let sizes = |h: &Harness| -> Vec<usize> {
+        h.wire.borrow().events[writes_before..]
+            .iter()
+            .filter_map(Event::written)
+            .collect()
+    };
+    assert_eq!(
+        sizes(&h),
+        [4 * MAX_RECORD, 4 * MAX_RECORD],
+        "while h2 writes"
+    );
+    // h2's batch is over: its next flush comes without a write.
+    h.settle().unwrap();
+    let after = sizes(&h);
+    assert!(after.len() > 2 && after.len() <= 4, "{after:?}");
+    input.extend(body);
+    let (_, perm) = delivered(&mut h, &input);
+    assert_eq!(perm.len(), input.len());
+}
+
+/// Bulk DATA on a path the write budget does not pace (loopback, a LAN: minimum RTT under a
+/// millisecond) leaves in writes of four full records, one system call for four; on a
+/// paced path, even with a wide window, every write is one record.
+#[test]
+fn an_unpaced_path_takes_writes_of_four_records() {
+    for (min_rtt, want) in [
+        (Duration::from_micros(30), 4 * MAX_RECORD),
+        (Duration::from_millis(20), MAX_RECORD),
+    ] {
+        let mut h = recording_on_path(min_rtt);
+        let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+        input.extend((0..12).map(|i| data(1, i, 16384, i == 11)));
+        h.write_all(&encode_all(&input)).unwrap();
+        let (_, perm) = delivered(&mut h, &input);
+        assert_eq!(perm.len(), input.len());
+        let w = h.wire.borrow();
+        let largest = w.events.iter().filter_map(Event::written).max();
+        assert_eq!(largest, Some(want), "min RTT {min_rtt:?}: {:?}", w.events);
+    }
+}
