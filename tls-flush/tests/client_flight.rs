@@ -18,6 +18,7 @@ use http::{Request, Uri};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::ServerConfig;
 use tls_flush::client::{FirstFlightConfig, FlushConnector};
 use tokio::net::TcpStream;
 
@@ -93,14 +94,17 @@ async fn connector_first_flight_is_one_record_in_one_read_stock_is_not() {
     );
 }
 
-#[tokio::test]
-async fn a_lone_handshake_is_held_no_longer_than_the_bound() {
-    let (server, client) = tls_pair(0);
-    let client = Arc::new(client);
-
-    // Default bound (2 ms): the preface and SETTINGS leave at once without a request.
-    let mut silent = Silent::start(server.clone(), Duration::from_millis(300)).await;
-    let stream = FlushConnector::new(client.clone())
+/// A connection through `connector` to a fresh [`Silent`] server (listening for `listen`)
+/// on which hyper's HTTP/2 client sends no request: how long after the handshake the
+/// client's preface arrived there, and everything the server received. The client is kept
+/// until the server has reported, so that closing it cannot be what released the bytes.
+async fn lone_handshake(
+    connector: FlushConnector,
+    server: ServerConfig,
+    listen: Duration,
+) -> (Duration, Vec<u8>) {
+    let mut silent = Silent::start(server, listen).await;
+    let stream = connector
         .connect_addr(silent.addr, localhost())
         .await
         .unwrap();
@@ -111,8 +115,20 @@ async fn a_lone_handshake_is_held_no_longer_than_the_bound() {
     .await
     .unwrap();
     tokio::spawn(conn);
-    let (preface_after, bytes) = within("silent server", silent.seen.recv()).await.unwrap();
+    let seen = within("silent server", silent.seen.recv()).await.unwrap();
     drop(sender);
+    seen
+}
+
+#[tokio::test]
+async fn a_lone_handshake_is_held_no_longer_than_the_bound() {
+    let (server, client) = tls_pair(0);
+    let client = Arc::new(client);
+
+    // Default bound (2 ms): the preface and SETTINGS leave at once without a request.
+    let connector = FlushConnector::new(client.clone());
+    let (preface_after, bytes) =
+        lone_handshake(connector, server.clone(), Duration::from_millis(300)).await;
     println!("default bound: preface {preface_after:?} after the handshake");
     assert!(
         preface_after < Duration::from_millis(100),
@@ -121,21 +137,9 @@ async fn a_lone_handshake_is_held_no_longer_than_the_bound() {
     assert!(frames(&bytes).iter().all(|&(kind, _, _)| kind != HEADERS));
 
     // A 150 ms bound: the same bytes wait for it, which shows the timer releases them.
-    let mut silent = Silent::start(server, Duration::from_millis(500)).await;
-    let stream = FlushConnector::new(client)
-        .first_flight(FirstFlightConfig::default().hold(Duration::from_millis(150)))
-        .connect_addr(silent.addr, localhost())
-        .await
-        .unwrap();
-    let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<Bytes>>(
-        TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
-    let (preface_after, _) = within("silent server", silent.seen.recv()).await.unwrap();
-    drop(sender);
+    let connector = FlushConnector::new(client)
+        .first_flight(FirstFlightConfig::default().hold(Duration::from_millis(150)));
+    let (preface_after, _) = lone_handshake(connector, server, Duration::from_millis(500)).await;
     println!("150 ms bound: preface {preface_after:?} after the handshake");
     assert!(
         preface_after >= Duration::from_millis(100) && preface_after < Duration::from_secs(2),
