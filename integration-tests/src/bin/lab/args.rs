@@ -113,7 +113,8 @@ pub const DEFAULT_RATE_SECS: f64 = 10.0;
              response were, `--trace` writes packet timelines",
     after_help = "The table goes to stdout, the progress bar to stderr. Times are from the moment \
                   the critical request left the client (fixture completion: from connection \
-                  start).\n\n\
+                  start). RUST_LOG=tls_flush=trace logs our servers' write-budget decisions \
+                  (TCP_INFO and the allowance before each record) to stderr.\n\n\
                   Path figures per run: fixture_goodput_mbit (the bodies, 2 MiB + 4 KiB, over \
                   the time from the first request leaving the client to the last body byte), \
                   bottleneck_share (with --cross: the bodies over those plus the cross \

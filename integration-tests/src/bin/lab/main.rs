@@ -52,6 +52,12 @@ use crate::svg::write_svg;
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = LabArgs::parse();
+    // Diagnostics of the in-process servers on stderr, e.g. RUST_LOG=tls_flush=trace for
+    // every write-budget decision; nothing unless asked for.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("RUST_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
     match run(args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
