@@ -479,6 +479,18 @@ impl WritePath {
             .allowance(&state, target, available, urgent, now);
         self.stats
             .add_budget_cap_lifts(self.writer.budget.cap_lifts() - lifts);
+        tracing::trace!(
+            cwnd = state.cwnd,
+            unacked = state.unacked,
+            notsent = state.notsent,
+            min_rtt_us = state.min_rtt.as_micros() as u64,
+            srtt_us = state.srtt.as_micros() as u64,
+            delivery_rate = state.delivery_rate,
+            available,
+            urgent,
+            ?allowance,
+            "write budget"
+        );
         match allowance {
             Allowance::Record(n) => {
                 // The read may have found the path unpaced (or paced) anew.
@@ -585,14 +597,25 @@ impl WritePath {
                 .is_some_and(|u| u <= cut.max_urgency)
     }
 
-    /// True when the next unit is bulk DATA (what the write budget may make wait).
+    /// True when the next unit is bulk DATA (what the write budget may make wait). The rest
+    /// of a bulk frame already begun counts as bulk only while what is queued after it is
+    /// bulk too: once something more urgent is queued, that rest is all that stands between
+    /// it and the wire (a frame cannot be cut short), and waiting on the budget would only
+    /// delay it (behind a competitor's deep queue, records of two segments paced by the ACK
+    /// clock held a 16 KiB frame's rest, and the urgent response after it, for 200 ms).
     fn next_is_bulk(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
-        if let Some((_, _, class)) = &self.writer.current {
-            return *class == UnitClass::Bulk;
+        let queued_is_bulk = |this: &mut Self, priorities: &mut StreamPriorities| {
+            this.scheduler
+                .next_data_urgency(priorities)
+                .is_some_and(|u| is_bulk_urgency(config, u))
+        };
+        match &self.writer.current {
+            Some((_, _, UnitClass::Bulk)) => {
+                self.scheduler.queued_units() == 0 || queued_is_bulk(self, priorities)
+            }
+            Some(_) => false,
+            None => queued_is_bulk(self, priorities),
         }
-        self.scheduler
-            .next_data_urgency(priorities)
-            .is_some_and(|u| is_bulk_urgency(config, u))
     }
 
     /// Copies scheduled bytes into the chunk, up to the record target.

@@ -2,7 +2,8 @@
 //! (the early cut), which is flushed at once even through a transport that buffers without
 //! saying so; the connection's first flight waits for the first DATA to share its record; on
 //! a path the write budget does not pace, bulk DATA leaves in writes of four full records,
-//! also across h2's flush after every frame.
+//! also across h2's flush after every frame; behind a full window the rest of a bulk frame
+//! begun does not wait ahead of a more urgent one.
 
 use std::time::Duration;
 
@@ -223,4 +224,42 @@ fn an_unpaced_path_takes_writes_of_four_records() {
         let largest = w.events.iter().filter_map(Event::written).max();
         assert_eq!(largest, Some(want), "min RTT {min_rtt:?}: {:?}", w.events);
     }
+}
+
+/// Behind a full window, the rest of a bulk DATA frame already begun leaves at once when a
+/// more urgent frame is queued after it: a frame cannot be cut short, so the write budget's
+/// wait would only hold the urgent one back (behind a competitor's deep queue, the rest of
+/// a 16 KiB frame paced by the ACK clock held an urgent response for 200 ms).
+#[test]
+fn the_rest_of_a_begun_bulk_frame_does_not_wait_ahead_of_an_urgent_frame() {
+    let mut w = recording_wire(Buffering::Off, &[(1, Some("u=5, i")), (3, Some("u=0"))]);
+    // Four segments in congestion avoidance, nothing acknowledged while the test runs.
+    w.path = Some(SimulatedPath {
+        cwnd: 4,
+        mss: 1448,
+        min_rtt: Duration::from_millis(20),
+        delivery_rate: 1_000_000,
+        ssthresh: 2,
+        acked_per_read: 0,
+    });
+    // No anticipation: the bulk frame begins although the urgent request was read.
+    let mut h = started(comparable_preset(Policy::Scheduled).anticipate(None), w);
+    let settings = settings_frame(0, &[]).encode();
+    h.write_all(&settings).unwrap();
+    let bulk = encode_all(&[response_headers(1), data(1, 0, 16384, false)]);
+    h.write_all(&bulk).unwrap();
+    h.flush().unwrap();
+    let begun = h.wire.borrow().accepted.len();
+    assert!(
+        begun > settings.len() + HEADER_LEN + 1 && begun < settings.len() + bulk.len(),
+        "the window takes part of the bulk frame, the budget holds the rest: {begun}"
+    );
+    let urgent = encode_all(&[response_headers(3), data(3, 0, 100, true)]);
+    h.write_all(&urgent).unwrap();
+    h.flush().unwrap();
+    assert_eq!(
+        h.wire.borrow().accepted.len(),
+        settings.len() + bulk.len() + urgent.len(),
+        "the rest of the bulk frame and the urgent response follow at once"
+    );
 }
