@@ -328,8 +328,9 @@ impl FromStr for Case {
     }
 }
 
-/// The one of `all` named `s` (by `name`), or an [`UnknownName`] listing them.
-fn by_name<T: Copy>(
+/// The one of `all` named `s` (by `name`, white space around `s` ignored), or an
+/// [`UnknownName`] listing them.
+pub(crate) fn by_name<T: Copy>(
     what: &'static str,
     s: &str,
     all: &[T],

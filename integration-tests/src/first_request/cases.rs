@@ -12,7 +12,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::peers::PeerKind;
-use crate::workload::UnknownName;
+use crate::workload::{by_name, UnknownName};
 
 /// `Display` as the value's name, and `FromStr` by name among the type's `ALL` values
 /// (`$what` says what kind of name it is, in the error): one home for the three types.
@@ -28,7 +28,7 @@ macro_rules! named_values {
             type Err = UnknownName;
 
             fn from_str(s: &str) -> Result<Self, Self::Err> {
-                named($what, s, &<$type>::ALL, <$type>::name)
+                by_name($what, s, &<$type>::ALL, <$type>::name)
             }
         }
     };
@@ -149,24 +149,6 @@ impl FirstRequestServer {
 }
 
 named_values!(FirstRequestServer, "server");
-
-/// The one of `all` named `s` (by `name`, white space around `s` ignored), or an
-/// [`UnknownName`] listing them.
-fn named<T: Copy>(
-    what: &'static str,
-    s: &str,
-    all: &[T],
-    name: fn(T) -> &'static str,
-) -> Result<T, UnknownName> {
-    all.iter()
-        .copied()
-        .find(|&t| name(t) == s.trim())
-        .ok_or_else(|| UnknownName {
-            what,
-            name: s.to_string(),
-            known: all.iter().map(|&t| name(t).to_string()).collect(),
-        })
-}
 
 #[cfg(test)]
 mod tests {
