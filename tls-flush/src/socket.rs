@@ -11,8 +11,8 @@ use tokio::net::TcpStream;
 pub(crate) fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: the fd is a valid, open descriptor borrowed for the duration of the call
-    // (a non-socket fails with ENOTSOCK); the option value is a c_int living on our stack and its size is passed.
+    // SAFETY: the fd is a valid, open socket owned by `stream` for the duration of the
+    // call; the option value is a c_int living on our stack and its size is passed.
     let rc = unsafe {
         libc::setsockopt(
             stream.as_raw_fd(),
@@ -45,9 +45,10 @@ pub(crate) fn tcp_info(stream: std::os::fd::BorrowedFd<'_>) -> io::Result<crate:
     // SAFETY: `tcp_info` is plain old data (integers only), so all zeroes is a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the fd is a valid, open descriptor borrowed for the duration of the call
-    // (a non-socket fails with ENOTSOCK); `info` is a writable buffer of `len` bytes on our stack, and the kernel writes
-    // at most `len` bytes (older kernels fewer, leaving the rest zero).
+    // SAFETY: the fd is a valid, open descriptor borrowed for the duration of the call (a
+    // non-socket fails with ENOTSOCK); `info` is a writable buffer of `len` bytes on our
+    // stack, and the kernel writes at most `len` bytes (older kernels fewer, leaving the
+    // rest zero).
     let rc = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),
@@ -74,7 +75,7 @@ pub(crate) fn tcp_info(stream: std::os::fd::BorrowedFd<'_>) -> io::Result<crate:
 }
 
 /// Elsewhere `TCP_INFO` is not read; writes are not limited by it.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 pub(crate) fn tcp_info(_stream: std::os::fd::BorrowedFd<'_>) -> io::Result<crate::PathState> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_INFO"))
 }

@@ -35,8 +35,12 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
     /// without `TCP_INFO`), and then writes are not limited by it. A test transport may
     /// report a congestion window of its own.
     fn path_state(&self) -> Option<crate::PathState> {
-        self.tcp_stream()
-            .and_then(|tcp| crate::PathState::read(tcp).ok())
+        #[cfg(unix)]
+        return self
+            .tcp_stream()
+            .and_then(|tcp| crate::PathState::read(tcp).ok());
+        #[cfg(not(unix))]
+        None
     }
 
     /// The socket's congestion control (`TCP_CONGESTION`), read once per connection by
