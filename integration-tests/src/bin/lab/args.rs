@@ -626,7 +626,7 @@ pub(crate) mod tests {
             .expect("flags parse")
     }
 
-    fn report_first_line(config: &LabConfig) -> String {
+    pub(crate) fn report_first_line(config: &LabConfig) -> String {
         render_report(config, &[])
             .lines()
             .next()

@@ -121,18 +121,10 @@ pub fn to_json(tun: &TunConfig) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::tests::args;
+    use crate::args::tests::{args, report_first_line};
     use crate::args::LabConfig;
-    use crate::report::{config_json, render_report};
+    use crate::report::config_json;
     use clap::Parser as _;
-
-    fn first_line(config: &LabConfig) -> String {
-        render_report(config, &[])
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_string()
-    }
 
     #[test]
     fn impairment_flags() {
@@ -157,7 +149,7 @@ mod tests {
         let traces = config.tun.rate_trace.clone().unwrap();
         assert_eq!(traces.downstream.name(), "Verizon-LTE-short.down");
         assert_eq!(traces.upstream, None);
-        let line = first_line(&config);
+        let line = report_first_line(&config);
         assert!(
             line.starts_with(
                 "tun link: 20 ms RTT, down rate trace Verizon-LTE-short.down (mean 5.03 \
