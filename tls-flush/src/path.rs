@@ -29,7 +29,15 @@
 //!   the window can send now, at least one segment's payload, so that a record never
 //!   straddles the window's edge (its tail a round trip behind its head); in congestion
 //!   avoidance bulk records may hold half the window, ACKs freeing room all through the
-//!   round trip.
+//!   round trip, and the next one goes to the kernel while what the ACKs free during a
+//!   timer wait is still unsent;
+//! - asks the kernel, once per connection, to pace the socket (a loss-based control on a
+//!   paced path; BBR paces itself): TCP then spreads each record over the ACK clock at
+//!   about 1.2 windows per RTT instead of sending it as one burst. Under the cap, room
+//!   freed by a big ACK otherwise left as a burst of a whole record on top of the queue
+//!   the cap lets stand, and a shallow bottleneck queue lost the burst's tail (10 Mbit/s,
+//!   16-packet queue: 0.93x stock's goodput unpaced, 0.98x paced, and a `late` critical
+//!   response in 43 ms instead of 80).
 //!
 //! Invariants: on a path whose minimum RTT is under [`MIN_PACED_RTT`] (loopback, a LAN) or
 //! without `TCP_INFO`, nothing is limited (on such a path each write may hold
@@ -222,6 +230,16 @@ pub(crate) struct WriteBudget {
     queue: QueueOwner,
     /// Times the cap was lifted for a queue that was not ours.
     cap_lifts: u64,
+    /// Whether the socket was asked to have the kernel pace it.
+    kernel_pacing: KernelPacing,
+}
+
+/// Whether the kernel was asked to pace the socket (see the [module documentation](self)).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum KernelPacing {
+    #[default]
+    NotAsked,
+    Asked,
 }
 
 /// Whose standing queue the path's RTT shows (see the [module documentation](self)).
@@ -268,6 +286,19 @@ impl WriteBudget {
         self.congestion = Some(cc);
     }
 
+    /// True once per connection, after the first read that found a paced path under a
+    /// loss-based (or unknown) congestion control: the socket should then have the kernel
+    /// pace it. BBR paces by itself, and an unpaced path needs no pacing.
+    pub(crate) fn take_pacing_request(&mut self) -> bool {
+        let wanted = self.kernel_pacing == KernelPacing::NotAsked
+            && !self.unpaced
+            && self.congestion != Some(CongestionControl::ModelBased);
+        if wanted {
+            self.kernel_pacing = KernelPacing::Asked;
+        }
+        wanted
+    }
+
     /// The allowance for the next record: `target` is the record size the writer aims at,
     /// `available` what is queued for it. An `urgent` record (it starts with anything but
     /// bulk DATA) never waits: what is ahead of it in the kernel leaves first anyway, and
@@ -292,6 +323,8 @@ impl WriteBudget {
         // A small window: records of what it can send now (at least one segment), so none
         // straddles its edge, and the kernel's margin is that record, not a full one.
         let small_window = (s.cwnd as usize * mss) < 4 * target;
+        // The in-flight cap, for bulk records only (an urgent one never waits for it).
+        let cap = if urgent { None } else { self.cap(s, now) };
         // The window frees room as ACKs come back, about a window per round trip (twice
         // that in slow start): once it holds four records, what it frees during a timer
         // wait is kept unsent too, or TCP would idle until the timer fires (5 ms, 100 Mbit/s:
@@ -308,13 +341,22 @@ impl WriteBudget {
             // half the window then, not of the segment or two each ACK frees (after an
             // early exit from slow start that was a record per ACK: 218 records for the
             // fixture instead of 144).
-            let fits = if urgent || s.in_slow_start() || s.cwnd < ACK_CLOCKED_WINDOW {
-                sendable
-            } else {
+            let ack_clocked = !urgent && !s.in_slow_start() && s.cwnd >= ACK_CLOCKED_WINDOW;
+            let fits = if ack_clocked {
                 sendable.max(s.cwnd as usize * mss / 2)
+            } else {
+                sendable
             };
             record = record.min(fits - RECORD_OVERHEAD.min(fits - 1));
-            record
+            // ... and the next record goes to the kernel while what the ACKs freed during
+            // a timer wait is still unsent: waiting for an empty kernel left TCP idle from
+            // the moment it ran dry until the timer fired (10 Mbit/s, 16-packet queue:
+            // 0.925x stock's goodput).
+            if ack_clocked {
+                record + drained_at(window_rate, TIMER_SLACK)
+            } else {
+                record
+            }
         } else {
             target + WINDOW_GROWTH * drained_at(window_rate, TIMER_SLACK)
         };
@@ -326,7 +368,7 @@ impl WriteBudget {
         let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).
-        let mut pipe = match self.cap(s, now) {
+        let mut pipe = match cap {
             Some(cap) => (cap + target + self.drained_in(TIMER_SLACK))
                 .saturating_sub(s.in_flight_bytes() + notsent),
             None => usize::MAX,
@@ -344,7 +386,7 @@ impl WriteBudget {
         // path's (it measured the handshake), so it never sets the window's wait.
         // While the rate still grows (startup), the newest samples lag the window that is
         // sending: look again as soon as the window could have freed the room.
-        let pipe_rate = if self.flat_rounds >= FULL_PIPE_ROUNDS {
+        let pipe_rate = if self.pipe_is_full() {
             self.max_rate
         } else {
             self.max_rate.max(window_rate)
@@ -376,9 +418,14 @@ impl WriteBudget {
         self.cap_lifts
     }
 
+    /// True once the delivery rate stopped growing: the pipe is full, and its rate known.
+    fn pipe_is_full(&self) -> bool {
+        self.flat_rounds >= FULL_PIPE_ROUNDS
+    }
+
     /// The in-flight gain now, in percent of the bandwidth-delay product.
     fn gain(&self) -> u64 {
-        if self.flat_rounds >= FULL_PIPE_ROUNDS {
+        if self.pipe_is_full() {
             STEADY_GAIN
         } else {
             STARTUP_GAIN
@@ -402,8 +449,12 @@ impl WriteBudget {
                 judge_after: (!gone).then(|| now + s.srtt + s.min_rtt),
             };
         }
-        let bdp = self.max_rate as u128 * s.min_rtt.as_micros() / 1_000_000;
-        Some((bdp * u128::from(self.gain()) / 100).min(usize::MAX as u128) as usize)
+        Some((self.bdp(s) as u128 * u128::from(self.gain()) / 100).min(usize::MAX as u128) as usize)
+    }
+
+    /// The bandwidth-delay product: the highest delivery rate times the minimum RTT.
+    fn bdp(&self, s: &PathState) -> usize {
+        drained_at(self.max_rate, s.min_rtt)
     }
 
     /// Called while the cap holds bytes back: true (and the cap lifted) when the smoothed

@@ -52,6 +52,17 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
             .and_then(|tcp| crate::socket::congestion_control(tcp).ok())
     }
 
+    /// Asks the kernel to pace the socket's segments (see the [write budget](crate::path)),
+    /// once per connection, when the budget finds a paced path under a loss-based
+    /// congestion control. Without a TCP socket, or where the kernel cannot pace, nothing
+    /// changes.
+    fn enable_pacing(&self) -> io::Result<()> {
+        match self.tcp_stream() {
+            Some(tcp) => crate::socket::enable_pacing(tcp),
+            None => Ok(()),
+        }
+    }
+
     /// Ready when the socket underneath can take more bytes. The wrapper picks the next
     /// frames only then, so that they are chosen as late as possible.
     fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -440,3 +440,62 @@ fn a_model_based_congestion_control_never_lifts_what_it_never_capped() {
     );
     assert_eq!(budget.cap_lifts(), 0);
 }
+
+#[test]
+fn in_congestion_avoidance_the_next_record_goes_before_the_kernel_runs_dry() {
+    let mut budget = WriteBudget::default();
+    let now = Instant::now();
+    // 20 segments, all in flight, in congestion avoidance; ACKs free 20 x 1448 bytes per
+    // 20 ms, 2,896 in the timer's 2 ms of slack. With a segment still unsent the next
+    // half-window record goes now: waiting for an empty kernel would leave TCP idle until
+    // the timer fired.
+    let one_unsent = PathState {
+        ssthresh: 20,
+        ..path(20, 20, 1448, 0)
+    };
+    assert_eq!(
+        budget.allowance(&one_unsent, RECORD, RECORD, false, now),
+        Allowance::Record(10 * 1448 - RECORD_OVERHEAD)
+    );
+    // More than the slack unsent: wait.
+    let three_unsent = PathState {
+        notsent: 3 * 1448,
+        ..one_unsent
+    };
+    let a = budget.allowance(&three_unsent, RECORD, RECORD, false, now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // In slow start the kernel keeps no more than the record that fits the window.
+    let slow_start = PathState {
+        ssthresh: 0,
+        ..one_unsent
+    };
+    let a = budget.allowance(&slow_start, RECORD, RECORD, false, now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+}
+
+#[test]
+fn the_kernel_is_asked_to_pace_once_on_a_paced_path_under_a_loss_based_control() {
+    let now = Instant::now();
+    let mut cubic = WriteBudget::default();
+    cubic.set_congestion(CongestionControl::LossBased);
+    cubic.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    assert!(cubic.take_pacing_request());
+    cubic.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    assert!(!cubic.take_pacing_request(), "once per connection");
+
+    let mut bbr = WriteBudget::default();
+    bbr.set_congestion(CongestionControl::ModelBased);
+    bbr.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    assert!(!bbr.take_pacing_request(), "BBR paces by itself");
+
+    let mut loopback = WriteBudget::default();
+    let fast = PathState {
+        min_rtt: Duration::from_micros(30),
+        ..path(10, 0, 0, 0)
+    };
+    loopback.allowance(&fast, RECORD, RECORD, false, now);
+    assert!(
+        !loopback.take_pacing_request(),
+        "an unpaced path needs no pacing"
+    );
+}

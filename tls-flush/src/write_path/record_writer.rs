@@ -479,6 +479,10 @@ impl WritePath {
             .allowance(&state, target, available, urgent, now);
         self.stats
             .add_budget_cap_lifts(self.writer.budget.cap_lifts() - lifts);
+        if self.writer.budget.take_pacing_request() {
+            let result = io.enable_pacing();
+            tracing::debug!(?result, "kernel pacing");
+        }
         tracing::trace!(
             cwnd = state.cwnd,
             unacked = state.unacked,

@@ -130,6 +130,8 @@ pub struct Wire {
     pub path: Option<SimulatedPath>,
     /// Bytes of `accepted` the simulated path has acknowledged.
     acked: usize,
+    /// Times the wrapper asked for the kernel's pacing (`Transport::enable_pacing`).
+    pub pacing_requests: u32,
 }
 
 /// A TCP path the transport reports through `Transport::path_state`: every byte accepted is
@@ -188,6 +190,7 @@ impl Wire {
             progress_mark: Cell::new(0),
             path: None,
             acked: 0,
+            pacing_requests: 0,
         }
     }
 
@@ -470,6 +473,11 @@ impl Wire {
 impl Transport for FaultyTransport {
     fn path_state(&self) -> Option<tls_flush::PathState> {
         self.wire.borrow_mut().path_state()
+    }
+
+    fn enable_pacing(&self) -> io::Result<()> {
+        self.wire.borrow_mut().pacing_requests += 1;
+        Ok(())
     }
 
     fn alpn_protocol(&self) -> Option<&[u8]> {

@@ -207,12 +207,13 @@ fn an_unpaced_path_packs_wide_writes_across_h2s_per_frame_flushes() {
 
 /// Bulk DATA on a path the write budget does not pace (loopback, a LAN: minimum RTT under a
 /// millisecond) leaves in writes of four full records, one system call for four; on a
-/// paced path, even with a wide window, every write is one record.
+/// paced path, even with a wide window, every write is one record, and the kernel is
+/// asked once to pace the socket.
 #[test]
 fn an_unpaced_path_takes_writes_of_four_records() {
-    for (min_rtt, want) in [
-        (Duration::from_micros(30), 4 * MAX_RECORD),
-        (Duration::from_millis(20), MAX_RECORD),
+    for (min_rtt, want, pacing_requests) in [
+        (Duration::from_micros(30), 4 * MAX_RECORD, 0),
+        (Duration::from_millis(20), MAX_RECORD, 1),
     ] {
         let mut h = recording_on_path(min_rtt);
         let mut input = vec![settings_frame(0, &[]), response_headers(1)];
@@ -223,6 +224,7 @@ fn an_unpaced_path_takes_writes_of_four_records() {
         let w = h.wire.borrow();
         let largest = w.events.iter().filter_map(Event::written).max();
         assert_eq!(largest, Some(want), "min RTT {min_rtt:?}: {:?}", w.events);
+        assert_eq!(w.pacing_requests, pacing_requests, "min RTT {min_rtt:?}");
     }
 }
 
