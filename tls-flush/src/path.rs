@@ -424,7 +424,7 @@ impl WriteBudget {
     }
 
     /// The in-flight gain now, in percent of the bandwidth-delay product.
-    fn gain(&self) -> u64 {
+    pub(crate) fn gain(&self) -> u64 {
         if self.pipe_is_full() {
             STEADY_GAIN
         } else {

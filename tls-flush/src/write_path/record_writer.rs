@@ -490,6 +490,7 @@ impl WritePath {
             min_rtt_us = state.min_rtt.as_micros() as u64,
             srtt_us = state.srtt.as_micros() as u64,
             delivery_rate = state.delivery_rate,
+            gain = self.writer.budget.gain(),
             available,
             urgent,
             ?allowance,
