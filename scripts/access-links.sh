@@ -6,6 +6,7 @@
 #
 #   scripts/access-links.sh [REPEATS] [OUT] [CC...]       # default 20, lab-access, cubic bbr
 #   PROFILES="loss1 cross1000" scripts/access-links.sh 10 # only some profiles
+#   CASES=stock,scheduled,h2o scripts/access-links.sh 5  # only some cases
 #
 # Profiles (each on the lab's default 20 ms / 20 Mbit/s / 1000-packet link unless said):
 #   clean       nothing added
@@ -16,6 +17,7 @@
 #   tmobile     the T-Mobile LTE recording both ways
 #   cross1000   one bulk TCP flow of cross traffic, queue 1000 packets
 #   cross200    one bulk TCP flow of cross traffic, queue 200 packets
+#   shallow     10 Mbit/s with a 16-packet queue (about one BDP): a shallow home router
 #
 # The peers come from scripts/install-peers.sh; a missing one is skipped by the lab.
 set -euo pipefail
@@ -26,8 +28,8 @@ out=${2:-lab-access}
 shift $(( $# > 2 ? 2 : $# ))
 ccs=("$@")
 [ ${#ccs[@]} -gt 0 ] || ccs=(cubic bbr)
-profiles=${PROFILES:-clean loss1 burst1 jitter5 verizon tmobile cross1000 cross200}
-cases=stock,early-flush,dynamic,scheduled,nginx,nghttpd,h2o
+profiles=${PROFILES:-clean loss1 burst1 jitter5 verizon tmobile cross1000 cross200 shallow}
+cases=${CASES:-stock,early-flush,dynamic,scheduled,nginx,nghttpd,h2o}
 
 flags() { # profile -> the lab's link flags
     case $1 in
@@ -39,6 +41,7 @@ flags() { # profile -> the lab's link flags
         tmobile) echo --rate-trace TMobile-LTE-short,TMobile-LTE-short ;;
         cross1000) echo --cross 1 --queue-packets 1000 ;;
         cross200) echo --cross 1 --queue-packets 200 ;;
+        shallow) echo --rate-mbit 10 --queue-packets 16 ;;
         *) echo "unknown profile $1" >&2; exit 2 ;;
     esac
 }
