@@ -52,10 +52,12 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
             .and_then(|tcp| crate::socket::congestion_control(tcp).ok())
     }
 
-    /// Asks the kernel to pace the socket's segments (see the [write budget](crate::path)),
-    /// once per connection, when the budget finds a paced path under a loss-based
-    /// congestion control. Without a TCP socket, or where the kernel cannot pace, nothing
-    /// changes.
+    /// Asks the kernel to pace the socket's segments (Linux TCP pacing, at about 1.2
+    /// congestion windows per RTT), once per connection, when the write budget finds a
+    /// paced path (minimum RTT of [`MIN_PACED_RTT`](crate::MIN_PACED_RTT) or more) under a
+    /// [loss-based](crate::CongestionControl::LossBased) congestion control: a record the
+    /// budget releases then does not leave as one burst. Without a TCP socket, or where
+    /// the kernel cannot pace, nothing changes.
     fn enable_pacing(&self) -> io::Result<()> {
         match self.tcp_stream() {
             Some(tcp) => crate::socket::enable_pacing(tcp),
