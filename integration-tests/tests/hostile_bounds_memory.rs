@@ -37,11 +37,7 @@
 //! `hostile_bounds_scheduling.rs`; what both files need is in `hostile_support`.
 //!
 //! The tests measure the process (live heap, CPU time), so they run one at a time, each on
-//! its own runtime ([`support::run_alone`]). `--features pre-bounds-api` builds them
-//! against the wrapper's API from before these bounds (no `queued_memory_high_water`,
-//! `priority_values_too_long`, `bytes_read`, `anticipation_budget`): the nearest older
-//! counter is used or the check is skipped, so the attacks can be shown to reproduce on
-//! that code.
+//! its own runtime ([`support::run_alone`]).
 
 mod hostile_support;
 mod support;
@@ -53,8 +49,8 @@ use std::time::{Duration, Instant};
 use axum::response::Response;
 use axum::Router;
 use hostile_support::{
-    api, app, configured, latest, mib, name, peak_growth, reset_peak, snapshots, start, stock,
-    wrapped, PeakAllocator, LIVE, SETTLE,
+    app, configured, latest, mib, name, peak_growth, reset_peak, snapshots, start, stock, wrapped,
+    PeakAllocator, LIVE, SETTLE,
 };
 use integration_tests::attack::{
     hpack, kind, read_body, H2Client, H2Options, RawH2, RawLog, RawStream,
@@ -237,14 +233,12 @@ async fn amplification_case(setup: ServerSetup, conns: usize) -> (u64, Vec<Treat
         stats.first()
     );
     for s in &stats {
-        if let Some(too_long) = api::priority_values_too_long(s) {
-            // h2 may close the connection after the first block: it is the one counted
-            // for sure.
-            assert!(
-                too_long >= 1,
-                "{name}: the amplified request is counted in priority_values_too_long: {s:?}"
-            );
-        }
+        // h2 may close the connection after the first block: it is the one counted for
+        // sure.
+        assert!(
+            s.priority_values_too_long >= 1,
+            "{name}: the amplified request is counted in priority_values_too_long: {s:?}"
+        );
     }
     (growth, treatments)
 }
@@ -434,12 +428,10 @@ fn priority_update_flood() {
                 s.priority_updates_invalid >= (FLOOD_FRAMES as u64) * 2 / 3,
                 "{policy}: the values for open and not-yet-open streams are invalid: {s:?}"
             );
-            if let Some(read) = api::bytes_read(&s) {
-                assert!(
-                    read >= (FLOOD_FRAMES * (9 + 4 + FLOOD_VALUE_LEN)) as u64,
-                    "{policy}: bytes_read counts the flood: {s:?}"
-                );
-            }
+            assert!(
+                s.bytes_read >= (FLOOD_FRAMES * (9 + 4 + FLOOD_VALUE_LEN)) as u64,
+                "{policy}: bytes_read counts the flood: {s:?}"
+            );
         }
     });
 }
@@ -493,15 +485,14 @@ fn oversized_data_frames_are_not_copied_whole() {
         println!(
             "largest DATA frame {largest} B; queue high water {} B on the wire, {} B \
              accounted; {s:?}",
-            s.queued_bytes_high_water,
-            api::queued_memory_high_water(&s)
+            s.queued_bytes_high_water, s.queued_memory_high_water
         );
         assert!(
             largest as u64 > HARD_LIMIT + QUEUE_SLACK,
             "h2 wrote a DATA frame larger than the queue's hard limit (else nothing is tested)"
         );
         assert!(
-            api::queued_memory_high_water(&s) <= HARD_LIMIT + QUEUE_SLACK,
+            s.queued_memory_high_water <= HARD_LIMIT + QUEUE_SLACK,
             "a {largest}-byte DATA frame was held whole: {s:?}"
         );
     });
@@ -726,14 +717,14 @@ fn header_only_responses_are_accounted() {
                 "{policy}: queue high water {} B on the wire, {} B accounted (hard limit \
                  {HEAD_HARD_LIMIT}); live heap +{:.2} MiB, stock +{:.2} MiB",
                 s.queued_bytes_high_water,
-                api::queued_memory_high_water(&s),
+                s.queued_memory_high_water,
                 mib(out.growth),
                 mib(stock.growth)
             );
             assert!(
-                api::queued_memory_high_water(&s) <= HEAD_HARD_LIMIT + QUEUE_SLACK,
+                s.queued_memory_high_water <= HEAD_HARD_LIMIT + QUEUE_SLACK,
                 "{policy}: queue accounted {} B: {s:?}",
-                api::queued_memory_high_water(&s)
+                s.queued_memory_high_water
             );
             assert!(
                 out.growth <= stock.growth + HEAD_MEMORY_MARGIN,

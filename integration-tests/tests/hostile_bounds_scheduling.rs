@@ -36,11 +36,7 @@
 //! `hostile_support`.
 //!
 //! The tests measure the process (live heap, CPU time), so they run one at a time, each on
-//! its own runtime ([`support::run_alone`]). `--features pre-bounds-api` builds them
-//! against the wrapper's API from before these bounds (no `queued_memory_high_water`,
-//! `priority_values_too_long`, `bytes_read`, `anticipation_budget`): the nearest older
-//! counter is used or the check is skipped, so the attacks can be shown to reproduce on
-//! that code.
+//! its own runtime ([`support::run_alone`]).
 
 mod hostile_support;
 mod support;
@@ -56,7 +52,7 @@ use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use hostile_support::{
-    api, app, configured, latest, name, start, stock, wrapped, PeakAllocator, SETTLE,
+    app, configured, latest, name, start, stock, wrapped, PeakAllocator, SETTLE,
 };
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -298,10 +294,9 @@ const HOLD_CPU_LIMIT: Duration = Duration::from_millis(150);
 fn anticipation_hold_costs_no_cpu() {
     run_alone(async {
         // The budget is raised so that the 800 ms bound alone ends the hold.
-        let config = api::anticipation_budget(
-            FlushConfig::for_policy(Policy::Scheduled).anticipate(Some(HOLD_BOUND)),
-            Duration::from_secs(1),
-        );
+        let config = FlushConfig::for_policy(Policy::Scheduled)
+            .anticipate(Some(HOLD_BOUND))
+            .anticipation_budget(Duration::from_secs(1));
         let server = start(configured(config), app()).await;
         let client = H2Client::connect(server.addr, &server.certificate, H2Options::default())
             .await

@@ -1,7 +1,7 @@
 //! What `hostile_bounds_memory.rs` and `hostile_bounds_scheduling.rs` share: a live-heap
 //! counting allocator (each test binary declares it with `#[global_allocator]`; it is not
-//! in `support`, whose other users have allocators of their own), the wrapper's API before
-//! and after the bounds (`--features pre-bounds-api`), and the servers the tests start.
+//! in `support`, whose other users have allocators of their own), and the servers the tests
+//! start.
 //!
 //! Each of those files says `mod support; mod hostile_support;`. Neither uses every item,
 //! hence `allow(dead_code)`.
@@ -96,51 +96,6 @@ pub fn peak_growth(base: u64) -> u64 {
 
 pub fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
-}
-
-// ---------------------------------------------------------------------------------------
-// The wrapper's API before and after the bounds.
-// ---------------------------------------------------------------------------------------
-
-#[cfg(not(feature = "pre-bounds-api"))]
-pub mod api {
-    use std::time::Duration;
-    use tls_flush::{FlushConfig, StatsSnapshot};
-
-    /// Memory the write queue accounted for (wire bytes + per-unit overhead).
-    pub fn queued_memory_high_water(s: &StatsSnapshot) -> u64 {
-        s.queued_memory_high_water
-    }
-    pub fn priority_values_too_long(s: &StatsSnapshot) -> Option<u64> {
-        Some(s.priority_values_too_long)
-    }
-    pub fn bytes_read(s: &StatsSnapshot) -> Option<u64> {
-        Some(s.bytes_read)
-    }
-    pub fn anticipation_budget(config: FlushConfig, per_second: Duration) -> FlushConfig {
-        config.anticipation_budget(per_second)
-    }
-}
-
-#[cfg(feature = "pre-bounds-api")]
-pub mod api {
-    use std::time::Duration;
-    use tls_flush::{FlushConfig, StatsSnapshot};
-
-    /// No memory accounting yet: the wire bytes queued are the nearest counter.
-    pub fn queued_memory_high_water(s: &StatsSnapshot) -> u64 {
-        s.queued_bytes_high_water
-    }
-    pub fn priority_values_too_long(_: &StatsSnapshot) -> Option<u64> {
-        None
-    }
-    pub fn bytes_read(_: &StatsSnapshot) -> Option<u64> {
-        None
-    }
-    /// No budget yet: holds are bounded by `anticipate` alone.
-    pub fn anticipation_budget(config: FlushConfig, _: Duration) -> FlushConfig {
-        config
-    }
 }
 
 // ---------------------------------------------------------------------------------------
