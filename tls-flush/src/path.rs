@@ -323,8 +323,6 @@ impl WriteBudget {
         // A small window: records of what it can send now (at least one segment), so none
         // straddles its edge, and the kernel's margin is that record, not a full one.
         let small_window = (s.cwnd as usize * mss) < 4 * target;
-        // The in-flight cap, for bulk records only (an urgent one never waits for it).
-        let cap = if urgent { None } else { self.cap(s, now) };
         // The window frees room as ACKs come back, about a window per round trip (twice
         // that in slow start): once it holds four records, what it frees during a timer
         // wait is kept unsent too, or TCP would idle until the timer fires (5 ms, 100 Mbit/s:
@@ -368,7 +366,7 @@ impl WriteBudget {
         let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).
-        let mut pipe = match cap {
+        let mut pipe = match self.cap(s, now) {
             Some(cap) => (cap + target + self.drained_in(TIMER_SLACK))
                 .saturating_sub(s.in_flight_bytes() + notsent),
             None => usize::MAX,

@@ -9,17 +9,29 @@ use tokio::net::TcpStream;
 /// decides, instead of in the kernel.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn set_notsent_lowat(stream: &TcpStream, bytes: u32) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
     let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_option(stream, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, &value)
+}
+
+/// `setsockopt` with a plain-integer value.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn set_option<T: Copy>(
+    stream: &TcpStream,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: the fd is a valid, open socket owned by `stream` for the duration of the
-    // call; the option value is a c_int living on our stack and its size is passed.
+    // call; the option value is an integer (`T` is only c_int or u64 here) borrowed for the
+    // call, and its size is passed.
     let rc = unsafe {
         libc::setsockopt(
             stream.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            level,
+            name,
+            (value as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 {
@@ -100,26 +112,14 @@ pub(crate) fn congestion_control(_stream: &TcpStream) -> io::Result<crate::Conge
 /// so it never limits one.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) fn enable_pacing(stream: &TcpStream) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // All ones means "unlimited" and leaves pacing off; one less turns it on.
-    let value: u64 = u64::MAX - 1;
-    // SAFETY: the fd is a valid, open socket owned by `stream` for the duration of the
-    // call; the option value is a u64 living on our stack and its size is passed (the
-    // kernel reads an unsigned long where the size allows).
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&value as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    // All ones means "unlimited" and leaves pacing off; one less turns it on. The kernel
+    // reads an unsigned long where the size allows.
+    set_option(
+        stream,
+        libc::SOL_SOCKET,
+        libc::SO_MAX_PACING_RATE,
+        &(u64::MAX - 1),
+    )
 }
 
 /// Elsewhere the kernel does not pace; the write budget still works without it.
