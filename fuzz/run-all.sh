@@ -11,9 +11,8 @@
 # when that exists), crashes land in fuzz/artifacts/<target>/, each run's libFuzzer log in
 # fuzz/artifacts/<target>.log. Exits non-zero if any target found a crash.
 #
-# Environment: SANITIZER (default `none`; `address` for ASan via cargo-fuzz), TOOLCHAIN
-# (default `nightly`), and TLS_FLUSH_FUZZ_STRICT=1 to hold write_pipeline inputs outside
-# h2's header-block grammar to the full invariants (they then fail on the known findings).
+# Environment: SANITIZER (default `none`; `address` for ASan via cargo-fuzz) and TOOLCHAIN
+# (default `nightly`).
 set -euo pipefail
 cd "$(dirname "$0")"
 

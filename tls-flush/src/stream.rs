@@ -285,6 +285,9 @@ impl<T: Transport> AsyncWrite for FlushStream<T> {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.mode == Mode::Http2 {
+            // A header block h2 left unfinished is whole frames: it goes out as it is, like
+            // an interrupted one. Queued before draining, so that the drain writes it.
+            this.write.queue_open_block(&mut this.priorities);
             // Drain everything, short records and held DATA included: nothing waits at
             // shutdown.
             std::task::ready!(this.write.drive(
@@ -294,10 +297,8 @@ impl<T: Transport> AsyncWrite for FlushStream<T> {
                 &mut this.priorities,
                 Drive::Drain
             ))?;
-            if this.write.has_partial_frame() {
-                tracing::debug!(
-                    "shutdown with a partially written frame from h2; its bytes are dropped"
-                );
+            if this.write.has_truncated_frame() {
+                tracing::debug!("shutdown with a truncated frame from h2; its bytes are dropped");
             }
         }
         Pin::new(&mut this.io).poll_shutdown(cx)

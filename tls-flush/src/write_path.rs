@@ -198,9 +198,21 @@ impl WritePath {
             || self.queued_memory() + PIECE + UNIT_OVERHEAD <= config.soft_limit
     }
 
-    /// True when h2 left a frame half written (only a flush of whole frames is possible).
-    pub(crate) fn has_partial_frame(&self) -> bool {
-        !self.assembler.is_idle() || self.open_block.is_some()
+    /// True when h2 stopped in the middle of a frame: the assembler holds part of it, which
+    /// can never be sent. (A header block left unfinished consists of whole frames: see
+    /// [`Self::queue_open_block`].)
+    pub(crate) fn has_truncated_frame(&self) -> bool {
+        !self.assembler.is_idle()
+    }
+
+    /// Queues the open header block (a HEADERS or PUSH_PROMISE without END_HEADERS and the
+    /// CONTINUATIONs so far, all whole frames) as it is, in its place: when another frame
+    /// interrupts it, and at shutdown, where nothing can finish it any more.
+    pub(crate) fn queue_open_block(&mut self, priorities: &mut StreamPriorities) {
+        if let Some((first, block)) = self.open_block.take() {
+            let _ = observe_response_headers(first, &block, &mut self.decoder, priorities);
+            self.scheduler.push(first, block.freeze(), priorities);
+        }
     }
 }
 
@@ -365,10 +377,7 @@ impl WritePath {
             .as_ref()
             .is_some_and(|open| !continues(open))
         {
-            if let Some((first, block)) = self.open_block.take() {
-                let _ = observe_response_headers(first, &block, &mut self.decoder, priorities);
-                self.scheduler.push(first, block.freeze(), priorities);
-            }
+            self.queue_open_block(priorities);
         }
     }
 

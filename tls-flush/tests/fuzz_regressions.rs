@@ -6,26 +6,23 @@
 //!
 //! - `corpus_*` replay the inputs under `tests/fuzz_corpus/<target>/` (the latest campaign's
 //!   corpus minimized with `cargo fuzz cmin`, plus the minimized input of each finding and
-//!   the named inputs of earlier campaigns) through the target's checks, strictly: only the
-//!   inputs that end inside a header block are excused from delivering that block (the open
-//!   finding below).
+//!   the named inputs of earlier campaigns) through the target's checks: every whole frame
+//!   must be delivered, those of a header block left unfinished at the end included.
 //! - The findings (frames written inside or across unfinished header blocks, which h2 never
-//!   does, lost or reordered bytes and once spun forever) are regression tests, each with the
-//!   minimized fuzz input and a hand-written version of the same frame sequence. Fixed by
-//!   queueing an interrupted header block as it is (`write_path.rs`,
-//!   `close_interrupted_block`).
-//! - One finding is open: a header block still unfinished when h2 shuts down is dropped.
-//!   Its test is `#[ignore]`d (it fails); run it with
-//!   `cargo test -p tls-flush --test fuzz_regressions -- --ignored`.
+//!   does, lost or reordered bytes and once spun forever; a header block still unfinished
+//!   when h2 shut down was dropped) are regression tests, each with the minimized fuzz input
+//!   and a hand-written version of the same frame sequence. Fixed by queueing an interrupted
+//!   header block as it is (`write_path.rs`, `close_interrupted_block`), and an unfinished
+//!   one at shutdown the same way (`queue_open_block`, called by `poll_shutdown`).
 
 use std::path::{Path, PathBuf};
 
 use tls_flush::Policy;
 use tls_flush_testkit::{
-    ends_inside_header_block, observer_model, run_priority_parse, run_priority_update_parse,
-    run_read_case, run_read_observer, run_write_case, run_write_pipeline_with, CountingAlloc,
-    Frame, Preface, ReadCase, ReadPlan, Shape, WriteCase, CONTINUATION, DATA, END_HEADERS,
-    END_STREAM, HEADERS, PING, PREFACE, PRIORITY_UPDATE,
+    observer_model, run_priority_parse, run_priority_update_parse, run_read_case,
+    run_read_observer, run_write_case, run_write_pipeline, CountingAlloc, Frame, Preface, ReadCase,
+    ReadPlan, Shape, WriteCase, CONTINUATION, DATA, END_HEADERS, END_STREAM, HEADERS, PING,
+    PREFACE, PRIORITY_UPDATE,
 };
 
 /// Counts this thread's heap bytes, for the read observer's memory bound.
@@ -58,12 +55,8 @@ fn replay(target: &str, check: impl Fn(&[u8]) -> Result<(), String>) {
 
 #[test]
 fn corpus_write_pipeline() {
-    // Strictly: every whole frame delivered, which holds the fixed findings to their fix.
-    // Only an input that ends inside a header block, the open finding
-    // (`unfinished_header_block_at_shutdown_is_delivered`), may leave that block undelivered.
-    replay("write_pipeline", |data| {
-        run_write_pipeline_with(data, !ends_inside_header_block(data))
-    });
+    // Every whole frame delivered, which holds the fixed findings to their fix.
+    replay("write_pipeline", run_write_pipeline);
 }
 
 #[test]
@@ -82,8 +75,9 @@ fn corpus_priority_update_parse() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Findings of write_pipeline (the first four on f393709, fixed by 63d75e0; the comments
-// describe the bug as found). All need h2 to write header blocks that break RFC 9113
+// Findings of write_pipeline (the first four on f393709, fixed by 63d75e0, the last one
+// fixed by queueing an unfinished block at shutdown; the comments describe the bug as
+// found). All need h2 to write header blocks that break RFC 9113
 // §6.2/§6.10 (a HEADERS or PUSH_PROMISE without END_HEADERS must be followed at once by
 // CONTINUATIONs of the same stream), which h2 does not do; but the wrapper's contract is to
 // never lose, duplicate or reorder a stream's bytes, and to never spin, whatever it is given.
@@ -102,7 +96,7 @@ fn data(stream: u32, len: usize) -> Frame {
 }
 
 /// Runs the minimized fuzz input `tests/fuzz_corpus/write_pipeline/<finding>` and a
-/// readable case of the same finding with the strict checks: every stream's frames
+/// readable case of the same finding with the target's checks: every stream's frames
 /// delivered exactly once, in the written order, with identical bytes, without stalling.
 fn assert_delivered(finding: &str, case: &WriteCase) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -110,8 +104,8 @@ fn assert_delivered(finding: &str, case: &WriteCase) {
         .join(finding);
     let input = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let violations: Vec<String> = [
-        run_write_pipeline_with(&input, true).map_err(|e| format!("minimized input: {e}")),
-        run_write_case(case, true).map_err(|e| format!("readable case: {e}")),
+        run_write_pipeline(&input).map_err(|e| format!("minimized input: {e}")),
+        run_write_case(case).map_err(|e| format!("readable case: {e}")),
     ]
     .into_iter()
     .filter_map(Result::err)
@@ -188,15 +182,14 @@ fn refused_frame_behind_an_unfinished_header_block_spins_forever() {
 }
 
 #[test]
-#[ignore = "open finding: a header block still unfinished when h2 shuts down is dropped"]
 fn unfinished_header_block_at_shutdown_is_delivered() {
-    // `poll_shutdown` drains the queues and then drops `open_block` (a HEADERS or
+    // `poll_shutdown` drained the queues and then dropped `open_block` (a HEADERS or
     // PUSH_PROMISE without END_HEADERS and the CONTINUATIONs so far), logging "shutdown with
-    // a partially written frame from h2; its bytes are dropped"; `queued_bytes` keeps
-    // counting them. Every other interrupted block is now queued as it is, so this is the
-    // one place where whole frames written by h2 never reach the wire. (h2 always finishes
-    // a block, so only a writer breaking RFC 9113 §6.10 gets here, and the connection is
-    // closing anyway.) The default fuzzing mode tolerates it; TLS_FLUSH_FUZZ_STRICT=1 not.
+    // a partially written frame from h2; its bytes are dropped"; `queued_bytes` kept
+    // counting them: the one place where whole frames written by h2 never reached the wire.
+    // (h2 always finishes a block, so only a writer breaking RFC 9113 §6.10 gets here.)
+    // Fixed: `poll_shutdown` queues the open block as it is before draining, as an
+    // interrupted block is queued (`WritePath::queue_open_block`).
     let case = WriteCase::plain(
         Policy::Scheduled,
         vec![
@@ -212,9 +205,9 @@ fn unfinished_header_block_at_shutdown_is_delivered() {
 // Documented behaviour the checks rely on (passing)
 // ---------------------------------------------------------------------------------------
 
-/// A truncated last frame (h2 shut down mid-frame) is dropped, every complete unit before
-/// it is delivered; the whole frames of a header block left unfinished stay in the wrapper
-/// and are counted in `queued_bytes` (the open finding above, tolerated here).
+/// A truncated last frame (h2 shut down mid-frame) is dropped, every whole frame before it
+/// is delivered: those of the header block the truncated CONTINUATION would have finished
+/// too (queued as it is at shutdown), and nothing stays counted in `queued_bytes`.
 #[test]
 fn truncated_final_frame_delivers_every_complete_unit_before_it() {
     let block = [0x88, 0x40, 1, b'a', 1, b'b'];
@@ -229,13 +222,13 @@ fn truncated_final_frame_delivers_every_complete_unit_before_it() {
         ],
     );
     case.truncate = Some(3);
-    run_write_case(&case, false).expect("complete units delivered");
+    run_write_case(&case).expect("complete units delivered");
     case.shape = Shape::Grammar;
     case.frames[1] = Frame::new(DATA, END_STREAM, 1, vec![7; 20_000]);
-    run_write_case(&case, false).expect("complete units delivered");
+    run_write_case(&case).expect("complete units delivered");
     // Cut inside the header of the last CONTINUATION rather than its payload: the same.
     case.truncate = Some(9);
-    run_write_case(&case, false).expect("complete units delivered");
+    run_write_case(&case).expect("complete units delivered");
 }
 
 /// A flood of PRIORITY_UPDATE frames for idle streams, read a few bytes at a time: every

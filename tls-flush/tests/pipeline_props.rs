@@ -453,6 +453,7 @@ fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     // in-order policies.
     let order = OrderChecks {
         header_blocks: true,
+        unfinished_block: false,
         in_order: !knobs.reorders(),
         announced: setup.announce.then_some(&input_frames[..]),
     };
@@ -462,7 +463,7 @@ fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     // HEADERS frame, and DATA output ahead of older DATA is counted.
     let bounds = CounterBounds {
         cut_data_max: 4096,
-        ..knobs.counter_bounds(0)
+        ..knobs.counter_bounds()
     };
     check_counters(&bounds, &expected, &out, &perm, &s)?;
     let inverted = inverted_data_frames(&out, &perm);

@@ -100,6 +100,16 @@ pub fn match_frames(expected: &[Frame], out: &[Frame]) -> Result<Vec<usize>, Str
 
 /// Header blocks are contiguous and keep their relative order across streams.
 pub fn check_header_blocks(out: &[Frame], perm: &[usize]) -> Result<(), String> {
+    check_header_blocks_to_end(out, perm, false)
+}
+
+/// [`check_header_blocks`], the output ending inside a header block exactly when
+/// `unfinished` (the writer stopped inside its last block, which shutdown sent as it is).
+pub fn check_header_blocks_to_end(
+    out: &[Frame],
+    perm: &[usize],
+    unfinished: bool,
+) -> Result<(), String> {
     let mut open: Option<u32> = None;
     let mut last_block: Option<usize> = None;
     for (pos, f) in out.iter().enumerate() {
@@ -135,11 +145,12 @@ pub fn check_header_blocks(out: &[Frame], perm: &[usize]) -> Result<(), String> 
             }
         }
     }
-    match open {
-        Some(stream) => Err(format!(
+    match (open, unfinished) {
+        (Some(stream), false) => Err(format!(
             "the output ends inside the header block of stream {stream}"
         )),
-        None => Ok(()),
+        (None, true) => Err("the output does not end with the unfinished header block".into()),
+        _ => Ok(()),
     }
 }
 
@@ -312,10 +323,11 @@ pub fn largest_header_unit(frames: &[Frame]) -> usize {
 
 /// How many of the whole frames `frames[..whole]` form a header block still unfinished
 /// when h2 stops writing: a HEADERS/PUSH_PROMISE without END_HEADERS followed only by
-/// CONTINUATIONs of its stream without END_HEADERS. Anything else after it (any other frame,
-/// a CONTINUATION of another stream, or the header of a truncated last frame that does not
-/// continue the block, `tail_header`) interrupts the block, which the wrapper then queues as
-/// it is.
+/// CONTINUATIONs of its stream without END_HEADERS. The wrapper keeps such a block through
+/// h2's last flush (h2 could still finish it) and sends it as it is at shutdown. Anything
+/// else after it (any other frame, a CONTINUATION of another stream, or the header of a
+/// truncated last frame that does not continue the block, `tail_header`) interrupts the
+/// block, which the wrapper then queues as it is at once.
 pub fn unfinished_block_at_end(frames: &[Frame], whole: usize, tail_header: bool) -> usize {
     let mut open: Option<(u32, usize)> = None;
     for (i, f) in frames[..whole].iter().enumerate() {
@@ -362,15 +374,13 @@ pub struct CounterBounds {
     pub urgent_cut: bool,
     /// DATA frames with a payload up to this can end a record early (`usize::MAX`: any).
     pub cut_data_max: usize,
-    /// Bytes still queued after shutdown (the frames of a header block left unfinished).
-    pub residual: u64,
 }
 
-/// The counters after a complete run: nothing queued but the residual, the queue's high
-/// water within the hard limit plus one header block (or one frame), records that can hold
-/// the bytes, reordered DATA only when reordering and at most the DATA frames actually
-/// output ahead of older DATA, early cuts only with an urgent cut and at most one per
-/// frame that can end a record.
+/// The counters after a complete run: nothing queued, the queue's high water within the
+/// hard limit plus one header block (or one frame), records that can hold the bytes,
+/// reordered DATA only when reordering and at most the DATA frames actually output ahead of
+/// older DATA, early cuts only with an urgent cut and at most one per frame that can end a
+/// record.
 pub fn check_counters(
     b: &CounterBounds,
     expected: &[Frame],
@@ -387,10 +397,10 @@ fn check_queue_counters(
     expected: &[Frame],
     s: &StatsSnapshot,
 ) -> Result<(), String> {
-    if s.queued_bytes != b.residual {
+    if s.queued_bytes != 0 {
         return Err(format!(
-            "stats.queued_bytes = {} after shutdown ({} expected)",
-            s.queued_bytes, b.residual
+            "stats.queued_bytes = {} after shutdown (0 expected)",
+            s.queued_bytes
         ));
     }
     // Admission checks every frame against everything queued (an unfinished header block
@@ -399,7 +409,7 @@ fn check_queue_counters(
     // complete), so one block may come on top. The first SETTINGS grows by 6 bytes after
     // admission.
     let largest_frame = expected.iter().map(Frame::wire_len).max().unwrap_or(0);
-    let largest_block = largest_header_unit(expected).max(b.residual as usize);
+    let largest_block = largest_header_unit(expected);
     let bound = (b.hard_limit + largest_block).max(largest_frame) + NO_RFC7540_PRIORITIES.len();
     if s.queued_bytes_high_water > bound as u64 {
         return Err(format!(

@@ -108,15 +108,14 @@ impl Knobs {
     }
 
     /// The bounds of [`crate::check_counters`] for this configuration: any DATA frame may
-    /// end a record early, `residual` bytes stay queued.
-    pub fn counter_bounds(&self, residual: u64) -> CounterBounds {
+    /// end a record early.
+    pub fn counter_bounds(&self) -> CounterBounds {
         CounterBounds {
             hard_limit: self.config().queue_limit(),
             record_payload: self.record_payload(),
             reorders: self.reorders(),
             urgent_cut: self.has_urgent_cut(),
             cut_data_max: usize::MAX,
-            residual,
         }
     }
 }

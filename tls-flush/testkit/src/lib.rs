@@ -65,9 +65,9 @@ pub use cases::{
 };
 pub use checks::{
     check_control_not_overtaken, check_counters, check_first_settings_grew, check_header_blocks,
-    check_in_order, check_settings_barriers, expected_frames, follows_header_grammar,
-    inverted_data_frames, largest_header_unit, match_frames, unfinished_block_at_end,
-    CounterBounds,
+    check_header_blocks_to_end, check_in_order, check_settings_barriers, expected_frames,
+    follows_header_grammar, inverted_data_frames, largest_header_unit, match_frames,
+    unfinished_block_at_end, CounterBounds,
 };
 pub use driver::{Harness, Stream};
 pub use frame::*;
@@ -82,7 +82,6 @@ pub use sink::Sink;
 pub use transport::{Buffering, Event, FaultyTransport, ReadPlan, SimulatedPath, Step, Wire};
 pub use write_case::{decode_write_case, Shape, WriteCase};
 pub use write_run::{
-    check_delivery, check_ordering, ends_inside_header_block, finish, locate, run_write_case,
-    run_write_pipeline, run_write_pipeline_with, split, write_call, write_input, Finished,
-    OrderChecks, WriteOp, Written,
+    check_delivery, check_ordering, finish, locate, run_write_case, run_write_pipeline, split,
+    write_call, write_input, Finished, OrderChecks, WriteOp, Written,
 };

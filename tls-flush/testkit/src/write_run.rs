@@ -10,9 +10,9 @@ use std::io;
 use tls_flush::StatsSnapshot;
 
 use crate::checks::{
-    check_control_not_overtaken, check_counters, check_first_settings_grew, check_header_blocks,
-    check_in_order, check_settings_barriers, expected_frames, follows_header_grammar, match_frames,
-    unfinished_block_at_end,
+    check_control_not_overtaken, check_counters, check_first_settings_grew,
+    check_header_blocks_to_end, check_in_order, check_settings_barriers, expected_frames,
+    follows_header_grammar, match_frames, unfinished_block_at_end,
 };
 use crate::driver::{Harness, FUZZ_STALL_TIME};
 use crate::frame::{encode_all, parse_frames, Frame, HEADER_LEN};
@@ -189,12 +189,14 @@ pub fn finish(h: &mut Harness) -> Result<Option<Finished>, String> {
 
 /// The output is whole frames, `bytes_written` counts it, every stream's frames of
 /// `expected` came out exactly once, in order, byte for byte, and once h2's last flush
-/// returned `Ready` without asking to be polled again everything was on the socket (but
-/// `residual` bytes still queued). Returns the output frames and their written indices.
+/// returned `Ready` without asking to be polled again everything was on the socket but the
+/// `unfinished` bytes of a header block h2 left unfinished at the end, still queued then
+/// (h2 could have finished it; only shutdown sends it as it is). Returns the output frames
+/// and their written indices.
 pub fn check_delivery(
     fin: &Finished,
     expected: &[Frame],
-    residual: u64,
+    unfinished: u64,
     s: &StatsSnapshot,
 ) -> Result<(Vec<Frame>, Vec<usize>), String> {
     let out = parse_frames(&fin.output)?;
@@ -213,10 +215,11 @@ pub fn check_delivery(
             fin.output.len()
         ));
     }
-    if fin.settled != (expected_len, expected_len, residual) {
+    let sent = expected_len - unfinished as usize;
+    if fin.settled != (sent, sent, unfinished) {
         return Err(format!(
             "the final flush settled with {} of {expected_len} bytes written, {} flushed and \
-             {} still queued ({residual} expected: an unfinished header block)",
+             {} still queued ({unfinished} expected: an unfinished header block)",
             fin.settled.0, fin.settled.1, fin.settled.2
         ));
     }
@@ -228,6 +231,9 @@ pub fn check_delivery(
 pub struct OrderChecks<'a> {
     /// The input follows h2's header-block grammar: blocks must be contiguous and in order.
     pub header_blocks: bool,
+    /// h2 stopped inside its last header block after whole frames of it: the output ends
+    /// with them (shutdown sends the block as it is).
+    pub unfinished_block: bool,
     /// The configuration does not reorder: the output keeps the written order exactly.
     pub in_order: bool,
     /// With the announcement on, the input whose first SETTINGS grew.
@@ -240,7 +246,7 @@ pub fn check_ordering(out: &[Frame], perm: &[usize], o: OrderChecks<'_>) -> Resu
     if o.header_blocks {
         // Outside h2's grammar (stray CONTINUATIONs, interrupted blocks) the input's blocks
         // are not contiguous to begin with.
-        check_header_blocks(out, perm)?;
+        check_header_blocks_to_end(out, perm, o.unfinished_block)?;
     }
     check_settings_barriers(out, perm)?;
     check_control_not_overtaken(out, perm)?;
@@ -257,25 +263,11 @@ pub fn check_ordering(out: &[Frame], perm: &[usize], o: OrderChecks<'_>) -> Resu
 // write_pipeline
 // ---------------------------------------------------------------------------------------
 
-/// Set `TLS_FLUSH_FUZZ_STRICT=1` to require also the frames of a header block left
-/// unfinished when h2 stops writing (the wrapper drops them at shutdown; see
-/// `fuzz/README.md` and `unfinished_header_block_at_shutdown_is_delivered`).
-fn strict_free_mode() -> bool {
-    static STRICT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STRICT.get_or_init(|| std::env::var_os("TLS_FLUSH_FUZZ_STRICT").is_some_and(|v| v != "0"))
-}
-
-/// Runs one `write_pipeline` input; `Err` describes a violated invariant. A header block
-/// left unfinished at the end may stay undelivered unless `TLS_FLUSH_FUZZ_STRICT=1`.
+/// Runs one `write_pipeline` input; `Err` describes a violated invariant. Every whole
+/// frame must be delivered, those of a header block left unfinished at the end included.
 pub fn run_write_pipeline(data: &[u8]) -> Result<(), String> {
-    run_write_pipeline_with(data, strict_free_mode())
-}
-
-/// [`run_write_pipeline`] with the strictness given: `strict` requires every whole frame,
-/// those of a header block left unfinished at the end included.
-pub fn run_write_pipeline_with(data: &[u8], strict: bool) -> Result<(), String> {
     let case = decode_write_case(data);
-    run_write_case(&case, strict).map_err(|e| {
+    run_write_case(&case).map_err(|e| {
         let k = &case.knobs;
         format!(
             "{e}\n  policy={:?} shape={:?} reorder={} announce={} cork={} pack={} limits={:?} \
@@ -299,19 +291,9 @@ pub fn run_write_pipeline_with(data: &[u8], strict: bool) -> Result<(), String> 
     })
 }
 
-/// Whether the `write_pipeline` input `data` ends inside a header block: the open finding
-/// (a block still unfinished when h2 shuts down is dropped), the only inputs for which the
-/// strictness of [`run_write_pipeline_with`] makes a difference.
-pub fn ends_inside_header_block(data: &[u8]) -> bool {
-    let case = decode_write_case(data);
-    let (_, truncated_by) = truncated_input(&case);
-    Expected::new(&case, truncated_by, false).complete
-        < case.frames.len() - usize::from(truncated_by > 0)
-}
-
 /// Runs a `write_pipeline` case: its frames written as h2 writes them against its fault
 /// schedule, then flushed and shut down, and every check on the output.
-pub fn run_write_case(case: &WriteCase, strict: bool) -> Result<(), String> {
+pub fn run_write_case(case: &WriteCase) -> Result<(), String> {
     let (input, truncated_by) = truncated_input(case);
     let mut wire = Wire::new(case.schedule.clone(), case.buffering, case.client.clone());
     wire.fail_write_at = case.fail_write_at;
@@ -325,19 +307,20 @@ pub fn run_write_case(case: &WriteCase, strict: bool) -> Result<(), String> {
         return Ok(());
     }
     check_written(case, &h, &written, &input)?;
-    let exp = Expected::new(case, truncated_by, strict);
+    let exp = Expected::new(case, truncated_by);
     let Some(finished) = finish(&mut h)? else {
         return Ok(());
     };
     let s = h.stats();
-    let (out, perm) = check_delivery(&finished, &exp.frames, exp.residual, &s)?;
+    let (out, perm) = check_delivery(&finished, &exp.frames, exp.unfinished, &s)?;
     let ordering = OrderChecks {
         header_blocks: follows_header_grammar(&case.frames, truncated_by > 0),
+        unfinished_block: exp.unfinished > 0,
         in_order: !case.knobs.reorders(),
-        announced: case.knobs.announce.then(|| &case.frames[..exp.complete]),
+        announced: case.knobs.announce.then(|| &case.frames[..exp.whole]),
     };
     check_ordering(&out, &perm, ordering)?;
-    let bounds = case.knobs.counter_bounds(exp.residual);
+    let bounds = case.knobs.counter_bounds();
     check_counters(&bounds, &exp.frames, &out, &perm, &s)?;
     check_decoder_counters(case, &s)
 }
@@ -386,35 +369,30 @@ fn check_written(
 struct Expected {
     /// The frames the output must consist of.
     frames: Vec<Frame>,
-    /// How many of the case's frames they stand for.
-    complete: usize,
-    /// Bytes of whole frames allowed to stay queued.
-    residual: u64,
+    /// How many of the case's frames they stand for: all but a truncated last one.
+    whole: usize,
+    /// Bytes of a header block left unfinished at the end: still queued after h2's last
+    /// flush, sent at shutdown.
+    unfinished: u64,
 }
 
 impl Expected {
-    /// Every whole frame must be delivered, except the frames of a header block still
-    /// unfinished when h2 shuts down (nothing came after them), which the wrapper drops at
-    /// shutdown: they stay counted in `queued_bytes` (see `poll_shutdown`). Strict mode
-    /// requires those too.
-    fn new(case: &WriteCase, truncated_by: usize, strict: bool) -> Self {
+    /// Every whole frame must be delivered, those of a header block still unfinished when
+    /// h2 shuts down included (`poll_shutdown` queues it as it is); only a truncated last
+    /// frame is dropped.
+    fn new(case: &WriteCase, truncated_by: usize) -> Self {
         let whole = case.frames.len() - usize::from(truncated_by > 0);
         let tail_header =
             truncated_by > 0 && case.frames[whole].wire_len() - truncated_by >= HEADER_LEN;
-        let unfinished = if strict {
-            0
-        } else {
-            unfinished_block_at_end(&case.frames, whole, tail_header)
-        };
-        let complete = whole - unfinished;
-        let residual: usize = case.frames[complete..whole]
+        let open = unfinished_block_at_end(&case.frames, whole, tail_header);
+        let unfinished: usize = case.frames[whole - open..whole]
             .iter()
             .map(Frame::wire_len)
             .sum();
         Expected {
-            frames: expected_frames(&case.frames[..complete], case.knobs.announce),
-            complete,
-            residual: residual as u64,
+            frames: expected_frames(&case.frames[..whole], case.knobs.announce),
+            whole,
+            unfinished: unfinished as u64,
         }
     }
 }
