@@ -595,7 +595,6 @@ pub struct H2Client {
     pub injector: Injector,
     /// Records and frames received.
     pub log: SharedLog,
-    ping: tokio::sync::Mutex<h2::PingPong>,
     conn: JoinHandle<()>,
 }
 
@@ -623,13 +622,12 @@ impl H2Client {
             options.recv_buffer,
         )
         .await?;
-        let (send, mut conn) = h2::client::Builder::new()
+        let (send, conn) = h2::client::Builder::new()
             .initial_window_size(options.stream_window)
             .initial_connection_window_size(options.connection_window)
             .max_frame_size(options.max_frame_size)
             .handshake::<_, Bytes>(Tap::frames(tls, log.clone(), injector.clone()))
             .await?;
-        let ping = conn.ping_pong().ok_or("h2 ping handle taken")?;
         let conn = tokio::spawn(async move {
             if let Err(err) = conn.await {
                 tracing::debug!(%err, "attack client connection ended");
@@ -640,7 +638,6 @@ impl H2Client {
             gate,
             injector,
             log,
-            ping: tokio::sync::Mutex::new(ping),
             conn,
         })
     }
@@ -674,26 +671,12 @@ impl H2Client {
         );
     }
 
-    /// A PING round trip. It also makes the connection task write what was injected:
-    /// the tap only registers for the injector's wake-up when it polls at a frame boundary
-    /// with nothing left to inject, so frames queued while earlier ones were still being
-    /// written wait for the next poll.
-    pub async fn round_trip(&self) -> Result<(), BoxError> {
-        self.ping.lock().await.ping(h2::Ping::opaque()).await?;
-        Ok(())
-    }
-
-    /// Waits until every injected frame was handed to TLS, with PING round trips (so the
-    /// read gate must be open); false if that took longer than `limit`.
+    /// Waits until the tap took every injected frame (they go out before the client's
+    /// next frame); false if that took longer than `limit`.
     pub async fn injected(&self, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            match tokio::time::timeout_at(deadline, self.round_trip()).await {
-                Ok(Ok(())) if self.injector.is_idle() => return true,
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => return false,
-            }
-        }
+        tokio::time::timeout(limit, self.injector.idle())
+            .await
+            .is_ok()
     }
 
     /// A copy of the taps' log.

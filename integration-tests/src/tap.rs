@@ -136,6 +136,8 @@ pub struct Tap<S> {
 #[derive(Debug, Clone, Default)]
 pub struct Injector {
     inner: Arc<Mutex<InjectorState>>,
+    /// Signalled whenever the tap takes the queued frames.
+    taken: Arc<tokio::sync::Notify>,
 }
 
 #[derive(Debug, Default)]
@@ -159,7 +161,8 @@ impl Injector {
         }
     }
 
-    /// True when every queued frame was handed to the TLS stream.
+    /// True when the tap took every queued frame: they are written before anything the
+    /// client writes next.
     pub fn is_idle(&self) -> bool {
         self.inner
             .lock()
@@ -168,10 +171,31 @@ impl Injector {
             .is_empty()
     }
 
-    fn take(&self, cx: &Context<'_>) -> Vec<u8> {
-        let mut state = self.inner.lock().expect("injector poisoned");
-        state.waker = Some(cx.waker().clone());
-        std::mem::take(&mut state.frames)
+    /// Waits until [`Self::is_idle`].
+    pub async fn idle(&self) {
+        loop {
+            let taken = self.taken.notified();
+            tokio::pin!(taken);
+            // Registered before the check, so a take in between is not missed.
+            taken.as_mut().enable();
+            if self.is_idle() {
+                return;
+            }
+            taken.await;
+        }
+    }
+
+    /// Registers the tap's task for the next [`Self::send_frame`].
+    fn register(&self, cx: &Context<'_>) {
+        self.inner.lock().expect("injector poisoned").waker = Some(cx.waker().clone());
+    }
+
+    fn take(&self) -> Vec<u8> {
+        let frames = std::mem::take(&mut self.inner.lock().expect("injector poisoned").frames);
+        if !frames.is_empty() {
+            self.taken.notify_waiters();
+        }
+        frames
     }
 }
 
@@ -271,8 +295,11 @@ impl<S: AsyncWrite + Unpin> Tap<S> {
         if !matches!(self.kind, TapKind::Frames) {
             return Poll::Ready(Ok(()));
         }
+        // Registered on every poll, not only at a boundary: a frame queued while the
+        // client is inside one of its own must still wake the task.
+        self.injector.register(cx);
         if self.injecting.is_empty() && self.at_boundary() {
-            self.injecting = self.injector.take(cx);
+            self.injecting = self.injector.take();
         }
         while !self.injecting.is_empty() {
             let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.injecting))?;
@@ -339,6 +366,11 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tap<S> {
             |h| u32::from_be_bytes([0, h[0], h[1], h[2]]) as usize,
             |_, _, _| {},
         );
+        if self.at_boundary() && !self.injector.is_idle() {
+            // Frames queued while the client was inside a frame go at this boundary: poll
+            // again, h2 may not write or read for a while.
+            cx.waker().wake_by_ref();
+        }
         Poll::Ready(Ok(n))
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
