@@ -38,9 +38,11 @@ fn a_cross_flow_fills_the_bottleneck_and_its_queue() {
     let link = TunLink::start(config.clone()).unwrap();
     let cross = CrossTraffic::start(&link, 1).unwrap();
     assert_eq!(cross.flows(), 1);
-    std::thread::sleep(CROSS_HEAD_START - Duration::from_secs(1));
+    // Two seconds: the sink timestamps bytes when it reads them, so each edge of the
+    // window may be off by a read (one second measured 19.96 Mbit/s on a loaded machine).
+    std::thread::sleep(CROSS_HEAD_START - Duration::from_secs(2));
     let from = Instant::now();
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(Duration::from_secs(2));
     let to = Instant::now();
     let second = cross.received_between(from, to);
     let mbit = second as f64 * 8.0 / to.duration_since(from).as_secs_f64() / 1e6;
@@ -49,13 +51,15 @@ fn a_cross_flow_fills_the_bottleneck_and_its_queue() {
     let total = cross.stop().unwrap();
     let stopped_in = stopping.elapsed();
     eprintln!(
-        "one cross flow: {mbit:.2} Mbit/s in its third second, {total} bytes in all, queue \
+        "one cross flow: {mbit:.2} Mbit/s in its last two seconds, {total} bytes in all, queue \
          up to {} packets, {} dropped; stopped in {stopped_in:?}",
         stats.downstream.max_queue, stats.downstream.dropped
     );
-    // Full-sized segments carry 1448 bytes in 1500: 96.5% of the rate at most.
+    // Full-sized segments carry 1448 bytes in 1500: 96.5% of the rate at most, 19.3 Mbit/s
+    // (and a read's worth of slack at the window's edges); an unlimited link would give
+    // hundreds.
     assert!(
-        (15.0..=19.4).contains(&mbit),
+        (15.0..=19.8).contains(&mbit),
         "{mbit:.2} Mbit/s on a 20 Mbit/s link"
     );
     assert!(total >= second);
