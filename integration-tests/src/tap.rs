@@ -298,12 +298,20 @@ impl<S: AsyncWrite + Unpin> Tap<S> {
         // Registered on every poll, not only at a boundary: a frame queued while the
         // client is inside one of its own must still wake the task.
         self.injector.register(cx);
-        if self.injecting.is_empty() && self.at_boundary() {
-            self.injecting = self.injector.take();
-        }
-        while !self.injecting.is_empty() {
-            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.injecting))?;
-            self.injecting.drain(..n);
+        loop {
+            // Frames queued while earlier ones were being written are taken here too: their
+            // wake-up was spent on the poll that went on writing.
+            if self.injecting.is_empty() && self.at_boundary() {
+                self.injecting = self.injector.take();
+            }
+            if self.injecting.is_empty() {
+                break;
+            }
+            while !self.injecting.is_empty() {
+                let n =
+                    std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.injecting))?;
+                self.injecting.drain(..n);
+            }
         }
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -478,5 +486,39 @@ mod tests {
             );
         }
         assert_eq!(got, vec![(23, 2), (23, 0), (21, 1)]);
+    }
+
+    /// Frames queued while an earlier batch is still being written (the wire full) go out
+    /// once it drains, with no other poll of the tap than the wake-ups it asked for.
+    #[tokio::test]
+    async fn frames_queued_during_an_injection_are_written_after_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+        let (client_side, mut server_side) = tokio::io::duplex(64);
+        let injector = Injector::default();
+        let mut tap = Tap::frames(client_side, SharedLog::default(), injector.clone());
+        tap.write_all(PREFACE).await.unwrap();
+        // The client's connection task: it only reads, as h2 does while it has nothing to
+        // write.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 16];
+            let _ = tap.read(&mut buf).await;
+        });
+        injector.send_frame(0x10, 0, 0, &[1; 200]);
+        tokio::task::yield_now().await;
+        assert!(injector.is_idle(), "the first batch was taken");
+        injector.send_frame(0x10, 0, 0, &[2; 200]);
+        // 24 bytes of preface and two frames of 9 + 200 bytes.
+        let mut wire = vec![0u8; 24 + 2 * 209];
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            server_side.read_exact(&mut wire),
+        )
+        .await;
+        assert!(read.is_ok(), "the second batch stayed queued");
+        assert_eq!(&wire[..24], PREFACE);
+        assert!(wire[24 + 9..24 + 209].iter().all(|&b| b == 1));
+        assert!(wire[24 + 209 + 9..].iter().all(|&b| b == 2));
+        reader.abort();
     }
 }
