@@ -105,6 +105,21 @@ pub(crate) fn settings(payload: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ 
     })
 }
 
+/// A whole frame as it goes on the wire: its header, then `payload` (input for tests).
+#[cfg(test)]
+pub(crate) fn encoded_frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = FrameHeader {
+        length: payload.len() as u32,
+        kind,
+        flags,
+        stream_id,
+    }
+    .encode()
+    .to_vec();
+    out.extend_from_slice(payload);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -235,19 +235,7 @@ impl ReadObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-        let mut out = FrameHeader {
-            length: payload.len() as u32,
-            kind,
-            flags,
-            stream_id,
-        }
-        .encode()
-        .to_vec();
-        out.extend_from_slice(payload);
-        out
-    }
+    use crate::frame::encoded_frame;
 
     /// A literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2).
     fn literal(name: &str, value: &str) -> Vec<u8> {
@@ -271,21 +259,21 @@ mod tests {
     fn request_priority_and_update_byte_by_byte() {
         let (mut obs, mut prio, stats) = setup();
         let mut wire = CLIENT_PREFACE.to_vec();
-        wire.extend(frame(frame::SETTINGS, 0, 0, &[]));
+        wire.extend(encoded_frame(frame::SETTINGS, 0, 0, &[]));
         let mut block = vec![0x82, 0x87, 0x84]; // :method GET, :scheme https, :path /
         block.extend(literal("priority", "u=5, i"));
         // Split across HEADERS + CONTINUATION.
-        wire.extend(frame(frame::HEADERS, 0, 1, &block[..4]));
-        wire.extend(frame(
+        wire.extend(encoded_frame(frame::HEADERS, 0, 1, &block[..4]));
+        wire.extend(encoded_frame(
             frame::CONTINUATION,
             frame::FLAG_END_HEADERS,
             1,
             &block[4..],
         ));
-        wire.extend(frame(frame::DATA, 0, 1, &[7; 100]));
+        wire.extend(encoded_frame(frame::DATA, 0, 1, &[7; 100]));
         let mut upd = 1u32.to_be_bytes().to_vec();
         upd.extend_from_slice(b"u=1");
-        wire.extend(frame(frame::PRIORITY_UPDATE, 0, 0, &upd));
+        wire.extend(encoded_frame(frame::PRIORITY_UPDATE, 0, 0, &upd));
         for b in &wire {
             obs.observe(std::slice::from_ref(b), &mut prio);
         }
@@ -307,7 +295,12 @@ mod tests {
         let mut block = vec![0x82];
         block.extend(literal("priority", "u=2"));
         block.extend(literal("priority", "i"));
-        wire.extend(frame(frame::HEADERS, frame::FLAG_END_HEADERS, 3, &block));
+        wire.extend(encoded_frame(
+            frame::HEADERS,
+            frame::FLAG_END_HEADERS,
+            3,
+            &block,
+        ));
         obs.observe(&wire, &mut prio);
         assert_eq!(
             prio.effective(3),
@@ -329,7 +322,7 @@ mod tests {
     fn bad_hpack_falls_back_to_defaults_and_keeps_going() {
         let (mut obs, mut prio, stats) = setup();
         let mut wire = CLIENT_PREFACE.to_vec();
-        wire.extend(frame(
+        wire.extend(encoded_frame(
             frame::HEADERS,
             frame::FLAG_END_HEADERS,
             1,
@@ -337,7 +330,7 @@ mod tests {
         ));
         let mut upd = 1u32.to_be_bytes().to_vec();
         upd.extend_from_slice(b"u=0");
-        wire.extend(frame(frame::PRIORITY_UPDATE, 0, 0, &upd));
+        wire.extend(encoded_frame(frame::PRIORITY_UPDATE, 0, 0, &upd));
         obs.observe(&wire, &mut prio);
         assert_eq!(stats.snapshot().hpack_failures, 1);
         // The stream is still known, so PRIORITY_UPDATE keeps working.
@@ -350,8 +343,13 @@ mod tests {
         let mut wire = CLIENT_PREFACE.to_vec();
         let mut block = vec![0x82];
         block.extend(literal("priority", "u=0"));
-        wire.extend(frame(frame::HEADERS, frame::FLAG_END_HEADERS, 1, &block));
-        wire.extend(frame(frame::RST_STREAM, 0, 1, &[0, 0, 0, 8]));
+        wire.extend(encoded_frame(
+            frame::HEADERS,
+            frame::FLAG_END_HEADERS,
+            1,
+            &block,
+        ));
+        wire.extend(encoded_frame(frame::RST_STREAM, 0, 1, &[0, 0, 0, 8]));
         obs.observe(&wire, &mut prio);
         assert_eq!(prio.effective(1), Priority::default());
     }

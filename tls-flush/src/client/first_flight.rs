@@ -110,20 +110,7 @@ impl Scanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::{FLAG_END_HEADERS, FLAG_END_STREAM, SETTINGS};
-
-    fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-        let mut out = FrameHeader {
-            length: payload.len() as u32,
-            kind,
-            flags,
-            stream_id,
-        }
-        .encode()
-        .to_vec();
-        out.extend_from_slice(payload);
-        out
-    }
+    use crate::frame::{encoded_frame, FLAG_END_HEADERS, FLAG_END_STREAM, SETTINGS};
 
     /// `:method GET` (static index 2), `:path /` (4), `:scheme https` (7).
     const GET_BLOCK: &[u8] = &[0x82, 0x84, 0x87];
@@ -141,8 +128,8 @@ mod tests {
     #[test]
     fn get_complete_at_end_headers_with_end_stream() {
         let bytes = flight(&[
-            frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 0]),
-            frame(HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, 1, GET_BLOCK),
+            encoded_frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 0]),
+            encoded_frame(HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, 1, GET_BLOCK),
         ]);
         let mut s = Scanner::default();
         // Fed one byte more at a time, it is incomplete until the last byte.
@@ -157,20 +144,20 @@ mod tests {
     fn post_waits_for_its_body_and_continuation() {
         let mut s = Scanner::default();
         let head = flight(&[
-            frame(HEADERS, 0, 1, &POST_BLOCK[..1]),
-            frame(CONTINUATION, FLAG_END_HEADERS, 1, &POST_BLOCK[1..]),
+            encoded_frame(HEADERS, 0, 1, &POST_BLOCK[..1]),
+            encoded_frame(CONTINUATION, FLAG_END_HEADERS, 1, &POST_BLOCK[1..]),
         ]);
         assert_eq!(s.scan(&head), Scan::Incomplete);
         assert_eq!(s.method(), Some(&b"POST"[..]));
         let mut all = head.clone();
-        all.extend(frame(DATA, 0, 1, b"abc"));
-        all.extend(frame(DATA, FLAG_END_STREAM, 3, b""));
+        all.extend(encoded_frame(DATA, 0, 1, b"abc"));
+        all.extend(encoded_frame(DATA, FLAG_END_STREAM, 3, b""));
         assert_eq!(
             s.scan(&all),
             Scan::Incomplete,
             "another stream's END_STREAM"
         );
-        all.extend(frame(DATA, FLAG_END_STREAM, 1, b"d"));
+        all.extend(encoded_frame(DATA, FLAG_END_STREAM, 1, b"d"));
         assert_eq!(s.scan(&all), Scan::RequestComplete);
     }
 
@@ -188,7 +175,7 @@ mod tests {
     #[test]
     fn malformed_and_undecodable_blocks_never_complete_early() {
         // Padding longer than the payload: nothing more is learned.
-        let bad = flight(&[frame(
+        let bad = flight(&[encoded_frame(
             HEADERS,
             FLAG_END_HEADERS | FLAG_END_STREAM | frame::FLAG_PADDED,
             1,
@@ -198,7 +185,7 @@ mod tests {
         assert_eq!(s.scan(&bad), Scan::Incomplete);
         assert_eq!(s.method(), None);
         // A block that does not decode (index 0) completes without a method.
-        let zero = flight(&[frame(
+        let zero = flight(&[encoded_frame(
             HEADERS,
             FLAG_END_HEADERS | FLAG_END_STREAM,
             1,

@@ -11,7 +11,8 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::{ClientTransport, FirstFlightConfig, FlushClientStream, Release};
 use crate::frame::{
-    FrameHeader, CLIENT_PREFACE, DATA, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS, SETTINGS,
+    encoded_frame, FrameHeader, CLIENT_PREFACE, DATA, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS,
+    SETTINGS,
 };
 
 /// A transport that takes at most `limits[i]` bytes on its i-th write (0: `Pending`, then
@@ -76,25 +77,12 @@ impl AsyncWrite for Faulty {
 
 impl ClientTransport for Faulty {}
 
-fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
-    let mut out = FrameHeader {
-        length: payload.len() as u32,
-        kind,
-        flags,
-        stream_id,
-    }
-    .encode()
-    .to_vec();
-    out.extend_from_slice(payload);
-    out
-}
-
 /// h2's first flight for a GET: preface, SETTINGS, WINDOW_UPDATE, HEADERS (END_STREAM).
 fn get_flight() -> Vec<u8> {
     let mut out = CLIENT_PREFACE.to_vec();
-    out.extend(frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 0]));
-    out.extend(frame(0x8, 0, 0, &[0, 0xff, 0, 0]));
-    out.extend(frame(
+    out.extend(encoded_frame(SETTINGS, 0, 0, &[0, 2, 0, 0, 0, 0]));
+    out.extend(encoded_frame(0x8, 0, 0, &[0, 0xff, 0, 0]));
+    out.extend(encoded_frame(
         HEADERS,
         FLAG_END_HEADERS | FLAG_END_STREAM,
         1,
@@ -166,7 +154,7 @@ fn a_lone_preface_leaves_when_the_hold_expires() {
     runtime().block_on(async {
         let mut stream = FlushClientStream::new(Faulty::default());
         let mut preface = CLIENT_PREFACE.to_vec();
-        preface.extend(frame(SETTINGS, 0, 0, &[]));
+        preface.extend(encoded_frame(SETTINGS, 0, 0, &[]));
         stream.write_all(&preface).await.unwrap();
         let started = std::time::Instant::now();
         stream.flush().await.unwrap();
@@ -193,7 +181,7 @@ fn not_http2_passes_through_at_once() {
 fn the_size_bound_releases() {
     let mut input = get_flight();
     input.truncate(input.len() - 12); // no HEADERS
-    input.extend(frame(DATA, 0, 0, &[7; 100]));
+    input.extend(encoded_frame(DATA, 0, 0, &[7; 100]));
     let config = FirstFlightConfig::default().max_bytes(64);
     let inner = run(&input, &[], vec![], config);
     assert_eq!(inner.out, input);
@@ -219,7 +207,7 @@ proptest! {
             input[at + 4] = FLAG_END_HEADERS;
             input[at + 9] = 0x83;
         }
-        input.extend(frame(DATA, if end_stream { 0 } else { FLAG_END_STREAM }, 1, &body));
+        input.extend(encoded_frame(DATA, if end_stream { 0 } else { FLAG_END_STREAM }, 1, &body));
         let config = FirstFlightConfig::default().max_bytes(max);
         let inner = run(&input, &cuts, limits, config);
         prop_assert_eq!(inner.out, input);
