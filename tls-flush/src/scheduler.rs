@@ -536,8 +536,26 @@ mod tests {
         (header, Bytes::from(bytes))
     }
 
+    /// A scheduler in `ordering` with `units` pushed in turn.
+    fn queued(
+        ordering: Ordering,
+        p: &mut StreamPriorities,
+        units: impl IntoIterator<Item = (FrameHeader, Bytes)>,
+    ) -> Scheduler {
+        let mut s = Scheduler::new(ordering);
+        for (h, b) in units {
+            s.push(h, b, p);
+        }
+        s
+    }
+
     fn drain(s: &mut Scheduler, p: &mut StreamPriorities) -> Vec<(u8, u32)> {
         std::iter::from_fn(|| s.pop(p).map(|(f, _)| (f.header.kind, f.header.stream_id))).collect()
+    }
+
+    /// The stream ids of the frames [`drain`] pops, in order.
+    fn drain_ids(s: &mut Scheduler, p: &mut StreamPriorities) -> Vec<u32> {
+        drain(s, p).into_iter().map(|(_, id)| id).collect()
     }
 
     fn priorities(list: &[(u32, &str)]) -> StreamPriorities {
@@ -551,18 +569,19 @@ mod tests {
     #[test]
     fn urgent_data_overtakes_bulk_but_headers_keep_order() {
         let mut p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=0")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        for (h, b) in [
-            unit(frame::HEADERS, 4, 1, 10),
-            unit(frame::DATA, 0, 1, 100),
-            unit(frame::HEADERS, 4, 3, 10),
-            unit(frame::DATA, 0, 3, 100),
-            unit(frame::DATA, 0, 1, 100),
-            unit(frame::HEADERS, 4, 5, 10),
-            unit(frame::DATA, 1, 5, 100),
-        ] {
-            s.push(h, b, &mut p);
-        }
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [
+                unit(frame::HEADERS, 4, 1, 10),
+                unit(frame::DATA, 0, 1, 100),
+                unit(frame::HEADERS, 4, 3, 10),
+                unit(frame::DATA, 0, 3, 100),
+                unit(frame::DATA, 0, 1, 100),
+                unit(frame::HEADERS, 4, 5, 10),
+                unit(frame::DATA, 1, 5, 100),
+            ],
+        );
         let order = drain(&mut s, &mut p);
         assert_eq!(
             order,
@@ -583,18 +602,16 @@ mod tests {
     #[test]
     fn settings_is_a_barrier() {
         let mut p = priorities(&[(1, "u=5"), (3, "u=0")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        s.push(
-            unit(frame::DATA, 0, 1, 10).0,
-            unit(frame::DATA, 0, 1, 10).1,
+        let mut s = queued(
+            Ordering::Rfc9218,
             &mut p,
+            [
+                unit(frame::DATA, 0, 1, 10),
+                unit(frame::SETTINGS, frame::FLAG_ACK, 0, 0),
+                unit(frame::DATA, 0, 3, 10),
+                unit(PING, 0, 0, 8),
+            ],
         );
-        let (h, b) = unit(frame::SETTINGS, frame::FLAG_ACK, 0, 0);
-        s.push(h, b, &mut p);
-        let (h, b) = unit(frame::DATA, 0, 3, 10);
-        s.push(h, b, &mut p);
-        let (h, b) = unit(PING, 0, 0, 8);
-        s.push(h, b, &mut p);
         assert_eq!(
             drain(&mut s, &mut p),
             vec![
@@ -609,15 +626,16 @@ mod tests {
     #[test]
     fn trailers_blocking_header_order_lift_their_stream() {
         let mut p = priorities(&[(1, "u=7"), (3, "u=0")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        for (h, b) in [
-            unit(frame::DATA, 0, 1, 10),
-            unit(frame::HEADERS, 5, 1, 3), // trailers
-            unit(frame::HEADERS, 4, 3, 3),
-            unit(frame::DATA, 1, 3, 10),
-        ] {
-            s.push(h, b, &mut p);
-        }
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [
+                unit(frame::DATA, 0, 1, 10),
+                unit(frame::HEADERS, 5, 1, 3), // trailers
+                unit(frame::HEADERS, 4, 3, 3),
+                unit(frame::DATA, 1, 3, 10),
+            ],
+        );
         assert_eq!(
             drain(&mut s, &mut p),
             vec![
@@ -632,29 +650,27 @@ mod tests {
     #[test]
     fn incremental_round_robin_and_non_incremental_in_id_order() {
         let mut p = priorities(&[(1, "u=3, i"), (3, "u=3, i"), (5, "u=3"), (7, "u=3")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        for id in [1, 3, 1, 3, 7, 5, 7, 5] {
-            let (h, b) = unit(frame::DATA, 0, id, 10);
-            s.push(h, b, &mut p);
-        }
-        let ids: Vec<u32> = drain(&mut s, &mut p)
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [1, 3, 1, 3, 7, 5, 7, 5].map(|id| unit(frame::DATA, 0, id, 10)),
+        );
+        let ids = drain_ids(&mut s, &mut p);
         assert_eq!(ids, vec![5, 5, 7, 7, 1, 3, 1, 3]);
     }
 
     #[test]
     fn next_data_urgency_peeks_without_changing_the_turn() {
         let mut p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=2")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        for (h, b) in [
-            unit(frame::HEADERS, 4, 1, 3),
-            unit(frame::DATA, 0, 1, 10),
-            unit(frame::DATA, 0, 3, 10),
-        ] {
-            s.push(h, b, &mut p);
-        }
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [
+                unit(frame::HEADERS, 4, 1, 3),
+                unit(frame::DATA, 0, 1, 10),
+                unit(frame::DATA, 0, 3, 10),
+            ],
+        );
         // A header block goes next: no DATA to hold.
         assert_eq!(s.next_data_urgency(&mut p), None);
         s.pop(&mut p);
@@ -663,10 +679,7 @@ mod tests {
         let (h, b) = unit(frame::DATA, 1, 5, 10);
         s.push(h, b, &mut p);
         assert_eq!(s.next_data_urgency(&mut p), Some(2));
-        let order: Vec<u32> = drain(&mut s, &mut p)
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
+        let order = drain_ids(&mut s, &mut p);
         assert_eq!(
             order,
             vec![5, 1, 3],
@@ -677,11 +690,11 @@ mod tests {
     #[test]
     fn a_priority_change_moves_queued_data_without_rescanning() {
         let mut p = priorities(&[(1, "u=5"), (3, "u=4"), (5, "u=6, i")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        for id in [1, 3, 5, 1, 3, 5] {
-            let (h, b) = unit(frame::DATA, 0, id, 10);
-            s.push(h, b, &mut p);
-        }
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [1, 3, 5, 1, 3, 5].map(|id| unit(frame::DATA, 0, id, 10)),
+        );
         assert_eq!(s.least_urgent_queued(&mut p), Some(6));
         // PRIORITY_UPDATE raises stream 5 above the others; a pin lowers stream 3.
         let mut update = 5u32.to_be_bytes().to_vec();
@@ -690,10 +703,7 @@ mod tests {
         p.response_started(3, Some(tower_priority::PriorityParams::parse(b"u=7")));
         assert_eq!(s.next_data_urgency(&mut p), Some(0));
         assert_eq!(s.least_urgent_queued(&mut p), Some(7));
-        let ids: Vec<u32> = drain(&mut s, &mut p)
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
+        let ids = drain_ids(&mut s, &mut p);
         assert_eq!(ids, vec![5, 5, 1, 1, 3, 3]);
         assert_eq!(s.least_urgent_queued(&mut p), None);
         assert!(s.is_empty());
@@ -702,15 +712,16 @@ mod tests {
     #[test]
     fn a_later_epoch_is_indexed_with_the_priorities_of_when_it_is_served() {
         let mut p = priorities(&[(1, "u=5"), (3, "u=4")]);
-        let mut s = Scheduler::new(Ordering::Rfc9218);
-        let (h, b) = unit(frame::DATA, 0, 1, 10);
-        s.push(h, b, &mut p);
-        let (h, b) = unit(frame::SETTINGS, frame::FLAG_ACK, 0, 0);
-        s.push(h, b, &mut p);
-        for id in [1, 3] {
-            let (h, b) = unit(frame::DATA, 0, id, 10);
-            s.push(h, b, &mut p);
-        }
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [
+                unit(frame::DATA, 0, 1, 10),
+                unit(frame::SETTINGS, frame::FLAG_ACK, 0, 0),
+                unit(frame::DATA, 0, 1, 10),
+                unit(frame::DATA, 0, 3, 10),
+            ],
+        );
         // Stream 1 becomes the most urgent while its frames wait behind the barrier.
         let mut update = 1u32.to_be_bytes().to_vec();
         update.extend_from_slice(b"u=0");
@@ -730,15 +741,12 @@ mod tests {
     #[test]
     fn in_order_keeps_h2_order() {
         let mut p = priorities(&[(1, "u=7"), (3, "u=0")]);
-        let mut s = Scheduler::new(Ordering::InOrder);
-        for id in [1, 3, 1] {
-            let (h, b) = unit(frame::DATA, 0, id, 10);
-            s.push(h, b, &mut p);
-        }
-        let ids: Vec<u32> = drain(&mut s, &mut p)
-            .into_iter()
-            .map(|(_, id)| id)
-            .collect();
+        let mut s = queued(
+            Ordering::InOrder,
+            &mut p,
+            [1, 3, 1].map(|id| unit(frame::DATA, 0, id, 10)),
+        );
+        let ids = drain_ids(&mut s, &mut p);
         assert_eq!(ids, vec![1, 3, 1]);
     }
 }
