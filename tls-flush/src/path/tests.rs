@@ -6,6 +6,11 @@ use super::*;
 const RECORD: usize = 16384;
 const MSS: u32 = 1448;
 
+/// The allowance for a full bulk record (not urgent) with a full record queued.
+fn bulk_record(budget: &mut WriteBudget, path: &PathState, now: Instant) -> Allowance {
+    budget.allowance(path, RECORD, RECORD, false, now)
+}
+
 fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState {
     PathState {
         cwnd,
@@ -36,17 +41,17 @@ fn loopback_and_unknown_paths_are_not_limited() {
     };
     let now = Instant::now();
     assert_eq!(
-        budget.allowance(&loopback, RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &loopback, now),
         Allowance::Record(RECORD)
     );
     assert!(
         budget.is_unpaced(),
         "loopback takes writes of several records"
     );
-    budget.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    bulk_record(&mut budget, &path(10, 0, 0, 0), now);
     assert!(!budget.is_unpaced(), "a 20 ms path is paced");
     assert_eq!(
-        budget.allowance(&PathState::default(), RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &PathState::default(), now),
         Allowance::Record(RECORD)
     );
 }
@@ -59,13 +64,13 @@ fn an_unpaced_path_is_read_again_only_every_so_many_records() {
         min_rtt: Duration::from_micros(200),
         ..path(10, 0, 0, 0)
     };
-    budget.allowance(&lan, RECORD, RECORD, false, Instant::now());
+    bulk_record(&mut budget, &lan, Instant::now());
     for _ in 0..UNPACED_REREAD {
         assert!(!budget.needs_read());
     }
     assert!(budget.needs_read());
     // A paced path is read before every record.
-    budget.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, Instant::now());
+    bulk_record(&mut budget, &path(10, 0, 0, 0), Instant::now());
     assert!(budget.needs_read());
     assert!(budget.needs_read());
 }
@@ -74,20 +79,14 @@ fn an_unpaced_path_is_read_again_only_every_so_many_records() {
 fn the_first_flight_gets_records_that_fit_the_initial_window() {
     let mut budget = WriteBudget::default();
     // Right after the handshake: 10 segments, nothing in flight, no rate sample yet.
-    let a = budget.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, Instant::now());
+    let a = bulk_record(&mut budget, &path(10, 0, 0, 0), Instant::now());
     assert_eq!(a, Allowance::Record(10 * 1448 - RECORD_OVERHEAD));
     // Window used up: one segment's record keeps the ACK clock going, no more.
-    let a = budget.allowance(&path(10, 10, 0, 0), RECORD, RECORD, false, Instant::now());
+    let a = bulk_record(&mut budget, &path(10, 10, 0, 0), Instant::now());
     assert_eq!(a, Allowance::Record(1448 - RECORD_OVERHEAD));
     // ... and nothing while a segment is already waiting unsent: in a small window the
     // kernel keeps no more than that record.
-    let a = budget.allowance(
-        &path(10, 10, 1448, 0),
-        RECORD,
-        RECORD,
-        false,
-        Instant::now(),
-    );
+    let a = bulk_record(&mut budget, &path(10, 10, 1448, 0), Instant::now());
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
 }
 
@@ -102,7 +101,7 @@ fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
     };
     assert!(!avoidance.in_slow_start());
     assert_eq!(
-        budget.allowance(&avoidance, RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &avoidance, now),
         Allowance::Record(10 * 1448 - RECORD_OVERHEAD),
         "bulk: half the window, not the one segment free now"
     );
@@ -116,7 +115,7 @@ fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
         notsent: 10 * 1448 - 1448,
         ..avoidance
     };
-    let a = budget.allowance(&after, RECORD, RECORD, false, now);
+    let a = bulk_record(&mut budget, &after, now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     // A window of a few large segments (a loopback peer with a small receive buffer: MSS
     // 12,288) is acknowledged in one go, not spread over the round trip.
@@ -128,7 +127,7 @@ fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
         ..avoidance
     };
     assert_eq!(
-        budget.allowance(&few_segments, RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &few_segments, now),
         Allowance::Record(12_288 - RECORD_OVERHEAD),
         "one segment's record, not half the window"
     );
@@ -138,7 +137,7 @@ fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
         ..avoidance
     };
     assert_eq!(
-        budget.allowance(&slow_start, RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &slow_start, now),
         Allowance::Record(1448 - RECORD_OVERHEAD)
     );
 }
@@ -149,13 +148,9 @@ fn an_early_low_rate_sample_does_not_stretch_the_window_wait() {
     // The first rate sample measured the handshake (200 kB/s); the initial window is full
     // and a segment waits unsent. ACKs free about a window per round trip (724 kB/s), so
     // the record waits about the time one segment takes at that rate, not at the sample's.
-    let Allowance::Wait(wait) = budget.allowance(
-        &path(10, 10, 1448, 200_000),
-        RECORD,
-        RECORD,
-        false,
-        Instant::now(),
-    ) else {
+    let Allowance::Wait(wait) =
+        bulk_record(&mut budget, &path(10, 10, 1448, 200_000), Instant::now())
+    else {
         panic!("a full window with a segment unsent must wait");
     };
     assert!(
@@ -173,13 +168,8 @@ fn in_startup_a_lagging_rate_does_not_stretch_the_pipe_wait() {
     // a record + the timer's slack) is below what is in flight. Waiting for 50 kB/s to
     // drain the excess would idle the link for a whole round trip; in startup the wait
     // follows what the window can free instead.
-    let Allowance::Wait(wait) = budget.allowance(
-        &path(20, 10, 0, 50_000),
-        RECORD,
-        RECORD,
-        false,
-        Instant::now(),
-    ) else {
+    let Allowance::Wait(wait) = bulk_record(&mut budget, &path(20, 10, 0, 50_000), Instant::now())
+    else {
         panic!("over the pipe's cap must wait");
     };
     // 10,454 bytes over the cap at 20 x 1448 bytes per 20 ms: about 7 ms, not 20.
@@ -194,21 +184,15 @@ fn the_kernel_holds_about_one_record_beyond_the_window() {
     // 2 x 2 ms of 200 x 1448 bytes per 20 ms (57,920 bytes) during a timer wait.
     let beyond = 14_480 + 57_920;
     assert_eq!(
-        budget.allowance(&path(200, 190, 0, 0), RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &path(200, 190, 0, 0), now),
         Allowance::Record(RECORD)
     );
     assert_eq!(
-        budget.allowance(&path(200, 190, beyond, 0), RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &path(200, 190, beyond, 0), now),
         Allowance::Record(RECORD),
         "exactly one record beyond the window and its refill"
     );
-    let a = budget.allowance(
-        &path(200, 190, beyond + 6000, 0),
-        RECORD,
-        RECORD,
-        false,
-        now,
-    );
+    let a = bulk_record(&mut budget, &path(200, 190, beyond + 6000, 0), now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     // A short record (less queued) needs less room.
     assert_eq!(
@@ -224,14 +208,12 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
     let rate = 2_500_000; // 20 Mbit/s: BDP 50,000 bytes at 20 ms
                           // cubic's window has grown to 400 segments; 60 are in flight: under 2 x BDP.
     assert_eq!(
-        budget.allowance(&path(400, 60, 0, rate), RECORD, RECORD, false, t0),
+        bulk_record(&mut budget, &path(400, 60, 0, rate), t0),
         Allowance::Record(RECORD)
     );
     // 90 in flight (130,320 bytes) > 2 x BDP + a record - RECORD: wait, about the time the
     // excess takes to drain, at least 1 ms.
-    let Allowance::Wait(wait) =
-        budget.allowance(&path(400, 90, 0, rate), RECORD, RECORD, false, t0)
-    else {
+    let Allowance::Wait(wait) = bulk_record(&mut budget, &path(400, 90, 0, rate), t0) else {
         panic!("over twice the BDP in flight must wait");
     };
     assert!(wait >= Duration::from_millis(1) && wait <= Duration::from_millis(20));
@@ -243,14 +225,14 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
     // Three round trips without the rate growing by a quarter: the cap drops to 1.25 x BDP.
     for round in 1..=3 {
         let now = t0 + Duration::from_millis(21 * round);
-        budget.allowance(&path(400, 10, 0, rate), RECORD, RECORD, false, now);
+        bulk_record(&mut budget, &path(400, 10, 0, rate), now);
     }
     let now = t0 + Duration::from_millis(100);
     assert!(matches!(
-        budget.allowance(&path(400, 40, 0, rate), RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &path(400, 40, 0, rate), now),
         Allowance::Record(RECORD)
     ));
-    let a = budget.allowance(&path(400, 50, 0, rate), RECORD, RECORD, false, now);
+    let a = bulk_record(&mut budget, &path(400, 50, 0, rate), now);
     assert!(
         matches!(a, Allowance::Wait(_)),
         "72,400 in flight > 1.25 x 50,000 + a record - a record: {a:?}"
@@ -264,25 +246,19 @@ fn a_model_based_congestion_control_is_not_capped_a_second_time() {
     let over = path(400, 90, 0, rate);
     let mut cubic = WriteBudget::default();
     cubic.set_congestion(CongestionControl::LossBased);
-    let a = cubic.allowance(&over, RECORD, RECORD, false, Instant::now());
+    let a = bulk_record(&mut cubic, &over, Instant::now());
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     // ... BBR's does not: it paces to its own model of the path, and the cap would only
     // slow its startup (which grows faster than twice per round).
     let mut bbr = WriteBudget::default();
     bbr.set_congestion(CongestionControl::ModelBased);
     assert_eq!(
-        bbr.allowance(&over, RECORD, RECORD, false, Instant::now()),
+        bulk_record(&mut bbr, &over, Instant::now()),
         Allowance::Record(RECORD)
     );
     // The kernel's share still holds: about one record beyond what the window can send
     // and what it frees during a timer wait (115,840 bytes).
-    let a = bbr.allowance(
-        &path(400, 400, 120_000, rate),
-        RECORD,
-        RECORD,
-        false,
-        Instant::now(),
-    );
+    let a = bulk_record(&mut bbr, &path(400, 400, 120_000, rate), Instant::now());
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
 }
 
@@ -299,17 +275,17 @@ fn a_fast_path_keeps_what_drains_during_a_timer_wait() {
     let t0 = Instant::now();
     for round in 0..=4 {
         let now = t0 + Duration::from_millis(6 * round);
-        budget.allowance(&fast(400, 10), RECORD, RECORD, false, now);
+        bulk_record(&mut budget, &fast(400, 10), now);
     }
     // 60 segments (86,880 bytes) in flight: over 1.25 x BDP, but a timer wait of up to
     // 2 ms drains 25,000 bytes, more than the 0.25 x BDP above it; a record still goes.
     let now = t0 + Duration::from_millis(30);
     assert_eq!(
-        budget.allowance(&fast(400, 60), RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &fast(400, 60), now),
         Allowance::Record(RECORD)
     );
     // Past that slack as well: wait.
-    let a = budget.allowance(&fast(400, 80), RECORD, RECORD, false, now);
+    let a = bulk_record(&mut budget, &fast(400, 80), now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
 }
 
@@ -320,7 +296,7 @@ fn a_growing_rate_keeps_the_startup_gain() {
     for round in 0..6u32 {
         let now = t0 + Duration::from_millis(21 * u64::from(round));
         let rate = 500_000u64 << round; // doubling every round
-        budget.allowance(&path(400, 10, 0, rate), RECORD, RECORD, false, now);
+        bulk_record(&mut budget, &path(400, 10, 0, rate), now);
     }
     assert_eq!(budget.flat_rounds, 0);
 }
@@ -340,7 +316,7 @@ fn steady_budget(t0: Instant) -> (WriteBudget, Instant) {
     budget.set_congestion(CongestionControl::LossBased);
     for round in 0..=3 {
         let now = t0 + Duration::from_millis(21 * round);
-        budget.allowance(&queued(10, 20), RECORD, RECORD, false, now);
+        bulk_record(&mut budget, &queued(10, 20), now);
     }
     (budget, t0 + Duration::from_millis(100))
 }
@@ -352,7 +328,7 @@ fn a_queue_our_own_cap_explains_keeps_the_cap() {
     // 50 segments in flight (72,400 bytes) is over 1.25 x BDP + a record: with an RTT
     // that the cap itself explains (1.25 x 20 ms, and a little noise), the bytes wait.
     for srtt in [20, 25, 30, 36] {
-        let a = budget.allowance(&queued(50, srtt), RECORD, RECORD, false, now);
+        let a = bulk_record(&mut budget, &queued(50, srtt), now);
         assert!(matches!(a, Allowance::Wait(_)), "srtt {srtt} ms: {a:?}");
     }
     assert_eq!(budget.cap_lifts(), 0);
@@ -366,7 +342,7 @@ fn a_queue_another_flow_fills_lifts_the_cap() {
     // cap lets us build (1.25 x), so another flow's. Holding back would only give it our
     // share: the record goes.
     assert_eq!(
-        budget.allowance(&queued(50, 60), RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &queued(50, 60), now),
         Allowance::Record(RECORD)
     );
     assert_eq!(budget.cap_lifts(), 1);
@@ -374,7 +350,7 @@ fn a_queue_another_flow_fills_lifts_the_cap() {
     // is fine while the queue stands.
     let later = now + Duration::from_secs(1);
     assert_eq!(
-        budget.allowance(&queued(300, 60), RECORD, RECORD, false, later),
+        bulk_record(&mut budget, &queued(300, 60), later),
         Allowance::Record(RECORD)
     );
     assert_eq!(budget.cap_lifts(), 1, "one lift per episode");
@@ -384,12 +360,12 @@ fn a_queue_another_flow_fills_lifts_the_cap() {
 fn the_cap_returns_when_the_foreign_queue_is_gone() {
     let t0 = Instant::now();
     let (mut budget, now) = steady_budget(t0);
-    budget.allowance(&queued(50, 60), RECORD, RECORD, false, now);
+    bulk_record(&mut budget, &queued(50, 60), now);
     assert_eq!(budget.cap_lifts(), 1);
     // The other flow left and its queue drained: the RTT is back within what the cap
     // explains, and the cap holds again at once.
     let later = now + Duration::from_millis(500);
-    let a = budget.allowance(&queued(50, 22), RECORD, RECORD, false, later);
+    let a = bulk_record(&mut budget, &queued(50, 22), later);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     assert_eq!(budget.cap_lifts(), 1);
 }
@@ -398,30 +374,26 @@ fn the_cap_returns_when_the_foreign_queue_is_gone() {
 fn a_lifted_cap_is_tested_again_after_the_retest_interval() {
     let t0 = Instant::now();
     let (mut budget, now) = steady_budget(t0);
-    budget.allowance(&queued(50, 60), RECORD, RECORD, false, now);
+    bulk_record(&mut budget, &queued(50, 60), now);
     // Ten seconds on, the RTT is still high: the budget restrains again, and gives its own
     // queue (if it is its own) a round trip plus the minimum to drain before judging.
     let retest = now + SHARED_QUEUE_RETEST;
-    let a = budget.allowance(&queued(50, 60), RECORD, RECORD, false, retest);
+    let a = bulk_record(&mut budget, &queued(50, 60), retest);
     assert!(
         matches!(a, Allowance::Wait(_)),
         "restraint while testing: {a:?}"
     );
-    let a = budget.allowance(
+    let a = bulk_record(
+        &mut budget,
         &queued(50, 60),
-        RECORD,
-        RECORD,
-        false,
         retest + Duration::from_millis(70),
     );
     assert!(matches!(a, Allowance::Wait(_)), "still draining: {a:?}");
     // Still high after 60 + 20 ms of restraint: not ours, the cap lifts again.
     assert_eq!(
-        budget.allowance(
+        bulk_record(
+            &mut budget,
             &queued(50, 60),
-            RECORD,
-            RECORD,
-            false,
             retest + Duration::from_millis(81)
         ),
         Allowance::Record(RECORD)
@@ -435,7 +407,7 @@ fn a_model_based_congestion_control_never_lifts_what_it_never_capped() {
     let mut budget = WriteBudget::default();
     budget.set_congestion(CongestionControl::ModelBased);
     assert_eq!(
-        budget.allowance(&queued(50, 60), RECORD, RECORD, false, t0),
+        bulk_record(&mut budget, &queued(50, 60), t0),
         Allowance::Record(RECORD)
     );
     assert_eq!(budget.cap_lifts(), 0);
@@ -454,7 +426,7 @@ fn in_congestion_avoidance_the_next_record_goes_before_the_kernel_runs_dry() {
         ..path(20, 20, 1448, 0)
     };
     assert_eq!(
-        budget.allowance(&one_unsent, RECORD, RECORD, false, now),
+        bulk_record(&mut budget, &one_unsent, now),
         Allowance::Record(10 * 1448 - RECORD_OVERHEAD)
     );
     // More than the slack unsent: wait.
@@ -462,14 +434,14 @@ fn in_congestion_avoidance_the_next_record_goes_before_the_kernel_runs_dry() {
         notsent: 3 * 1448,
         ..one_unsent
     };
-    let a = budget.allowance(&three_unsent, RECORD, RECORD, false, now);
+    let a = bulk_record(&mut budget, &three_unsent, now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     // In slow start the kernel keeps no more than the record that fits the window.
     let slow_start = PathState {
         ssthresh: 0,
         ..one_unsent
     };
-    let a = budget.allowance(&slow_start, RECORD, RECORD, false, now);
+    let a = bulk_record(&mut budget, &slow_start, now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
 }
 
@@ -478,14 +450,14 @@ fn the_kernel_is_asked_to_pace_once_on_a_paced_path_under_a_loss_based_control()
     let now = Instant::now();
     let mut cubic = WriteBudget::default();
     cubic.set_congestion(CongestionControl::LossBased);
-    cubic.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    bulk_record(&mut cubic, &path(10, 0, 0, 0), now);
     assert!(cubic.take_pacing_request());
-    cubic.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    bulk_record(&mut cubic, &path(10, 0, 0, 0), now);
     assert!(!cubic.take_pacing_request(), "once per connection");
 
     let mut bbr = WriteBudget::default();
     bbr.set_congestion(CongestionControl::ModelBased);
-    bbr.allowance(&path(10, 0, 0, 0), RECORD, RECORD, false, now);
+    bulk_record(&mut bbr, &path(10, 0, 0, 0), now);
     assert!(!bbr.take_pacing_request(), "BBR paces by itself");
 
     let mut loopback = WriteBudget::default();
@@ -493,7 +465,7 @@ fn the_kernel_is_asked_to_pace_once_on_a_paced_path_under_a_loss_based_control()
         min_rtt: Duration::from_micros(30),
         ..path(10, 0, 0, 0)
     };
-    loopback.allowance(&fast, RECORD, RECORD, false, now);
+    bulk_record(&mut loopback, &fast, now);
     assert!(
         !loopback.take_pacing_request(),
         "an unpaced path needs no pacing"
