@@ -64,21 +64,32 @@ fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> Stri
     out
 }
 
-/// A table row: the cell's labels (workload, urgencies, case), then `figures`.
-fn labelled<const N: usize>(
-    workload: Workload,
-    urgencies: Urgencies,
-    case: &str,
-    figures: [String; N],
-) -> Vec<String> {
-    [
-        workload.to_string(),
-        urgencies.to_string(),
-        case.to_string(),
-    ]
-    .into_iter()
-    .chain(figures)
-    .collect()
+/// A Markdown table with a line per cell: the cell's labels (workload, urgencies, case),
+/// then the `figures` of its row under `headers`.
+fn cell_table<R, const N: usize>(
+    rows: &[R],
+    headers: [&str; N],
+    figures: impl Fn(&R) -> (Workload, Urgencies, &str, [String; N]),
+) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let (workload, urgencies, case, figures) = figures(r);
+            [
+                workload.to_string(),
+                urgencies.to_string(),
+                case.to_string(),
+            ]
+            .into_iter()
+            .chain(figures)
+            .collect()
+        })
+        .collect();
+    let headers: Vec<&str> = ["workload", "urgencies", "case"]
+        .into_iter()
+        .chain(headers)
+        .collect();
+    markdown(&headers, &rows, 3)
 }
 
 /// A median critical time as a multiple of `alone`'s (`-` when `alone` was not run).
@@ -110,10 +121,19 @@ fn render_explain(rows: &[ExplainRow]) -> String {
          critical response's first DATA frame, and how long after the read that frame came \
          (ms, median and max).\n\n",
     );
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            labelled(
+    out += &cell_table(
+        rows,
+        [
+            "link queue",
+            "wrapper queue",
+            "rustls held",
+            "kernel unsent",
+            "in flight",
+            "sent after read",
+            "first DATA after read ms",
+        ],
+        |r| {
+            (
                 r.workload,
                 r.urgencies,
                 &r.case,
@@ -131,23 +151,7 @@ fn render_explain(rows: &[ExplainRow]) -> String {
                     ),
                 ],
             )
-        })
-        .collect();
-    out += &markdown(
-        &[
-            "workload",
-            "urgencies",
-            "case",
-            "link queue",
-            "wrapper queue",
-            "rustls held",
-            "kernel unsent",
-            "in flight",
-            "sent after read",
-            "first DATA after read ms",
-        ],
-        &rows,
-        3,
+        },
     );
     out
 }
@@ -193,10 +197,22 @@ fn render_tables(config: &LabConfig, results: &[RunResult], outcomes: &[RunOutco
                 .join(", ")
         );
     }
-    let rows: Vec<Vec<String>> = summarize(config, results)
-        .iter()
-        .map(|r| {
-            labelled(
+    out += &cell_table(
+        &summarize(config, results),
+        [
+            "critical first byte ms",
+            "critical complete ms",
+            "x alone",
+            "background KiB before critical",
+            "fixture complete ms",
+            "TLS records",
+            "goodput Mbit/s",
+            "bottleneck share",
+            "link drops",
+            "server retransmits",
+        ],
+        |r| {
+            (
                 r.workload,
                 r.urgencies,
                 &r.case,
@@ -213,26 +229,7 @@ fn render_tables(config: &LabConfig, results: &[RunResult], outcomes: &[RunOutco
                     show_known(&r.server_retransmits, 0),
                 ],
             )
-        })
-        .collect();
-    out += &markdown(
-        &[
-            "workload",
-            "urgencies",
-            "case",
-            "critical first byte ms",
-            "critical complete ms",
-            "x alone",
-            "background KiB before critical",
-            "fixture complete ms",
-            "TLS records",
-            "goodput Mbit/s",
-            "bottleneck share",
-            "link drops",
-            "server retransmits",
-        ],
-        &rows,
-        3,
+        },
     );
     out += &render_failures(&failures(config, outcomes));
 
@@ -249,10 +246,16 @@ fn render_tables(config: &LabConfig, results: &[RunResult], outcomes: &[RunOutco
         "\nPaired differences against {BASELINE} (case minus {BASELINE} within each repeat): \
          median [min, max]\n"
     );
-    let rows: Vec<Vec<String>> = pairs
-        .iter()
-        .map(|r| {
-            labelled(
+    out += &cell_table(
+        &pairs,
+        [
+            "Δ critical complete ms",
+            "sooner",
+            "Δ background KiB before critical",
+            "Δ fixture complete ms",
+        ],
+        |r| {
+            (
                 r.workload,
                 r.urgencies,
                 &r.case,
@@ -263,20 +266,7 @@ fn render_tables(config: &LabConfig, results: &[RunResult], outcomes: &[RunOutco
                     show(&r.fixture_complete_ms, 1, true),
                 ],
             )
-        })
-        .collect();
-    out += &markdown(
-        &[
-            "workload",
-            "urgencies",
-            "case",
-            "Δ critical complete ms",
-            "sooner",
-            "Δ background KiB before critical",
-            "Δ fixture complete ms",
-        ],
-        &rows,
-        3,
+        },
     );
     out
 }
