@@ -771,6 +771,16 @@ struct Tracked<T> {
     clock: Arc<ActivityClock>,
 }
 
+impl<T> Tracked<T> {
+    /// A write's result, after touching the clock if it moved a byte.
+    fn wrote(&self, res: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
+            self.clock.touch();
+        }
+        res
+    }
+}
+
 impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -795,10 +805,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let res = Pin::new(&mut this.io).poll_write(cx, buf);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            this.clock.touch();
-        }
-        res
+        this.wrote(res)
     }
 
     fn poll_write_vectored(
@@ -808,10 +815,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let res = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            this.clock.touch();
-        }
-        res
+        this.wrote(res)
     }
 
     fn is_write_vectored(&self) -> bool {
