@@ -20,6 +20,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use sha2::{Digest, Sha256};
+use tls_flush_testkit::poll_read_observed;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::process::{Child, ChildStdout, Command};
@@ -250,12 +251,8 @@ impl AsyncRead for Tapped {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let res = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = res {
-            self.log.lock().unwrap().feed(&buf.filled()[before..]);
-        }
-        res
+        let Tapped { inner, log } = &mut *self;
+        poll_read_observed(inner, cx, buf, |new| log.lock().unwrap().feed(new))
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use tls_flush_testkit::poll_read_observed;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// One TLS record the client wrote.
@@ -123,15 +124,15 @@ impl<T: AsyncRead + Unpin> AsyncRead for RecordCounter<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            let now = Instant::now();
-            let mut log = self.log.lock().expect("wire log poisoned");
-            log.first_read_at.get_or_insert(now);
-            log.reads.push(now);
-        }
-        poll
+        let RecordCounter { inner, log, .. } = &mut *self;
+        poll_read_observed(inner, cx, buf, |new| {
+            if !new.is_empty() {
+                let now = Instant::now();
+                let mut log = log.lock().expect("wire log poisoned");
+                log.first_read_at.get_or_insert(now);
+                log.reads.push(now);
+            }
+        })
     }
 }
 

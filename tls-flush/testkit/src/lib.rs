@@ -19,6 +19,7 @@
 //! | [`sink`] | [`Sink`], a trivial transport for benchmarks (open or gated) |
 //! | [`driver`] | [`Harness`], which polls a `FlushStream` by hand as an executor would |
 //! | [`checks`] | the invariants checked on the recorded output and on the counters |
+//! | [`observe`] | [`poll_read_observed`], a read that hands the new bytes to a callback |
 //! | [`alloc`] | [`CountingAlloc`], a counting global allocator for the memory bounds |
 //! | [`knobs`] | [`Knobs`], a write case's `FlushConfig` |
 //! | [`input`] | [`Input`], the hand-written fuzz input decoder |
@@ -48,6 +49,7 @@ pub mod h2_client;
 pub mod hpack;
 pub mod input;
 pub mod knobs;
+pub mod observe;
 pub mod observer_model;
 pub mod parsers;
 pub mod read_case;
@@ -74,6 +76,7 @@ pub use frame::*;
 pub use hpack::{hpack_int, hpack_string, literal, request_block, response_block};
 pub use input::Input;
 pub use knobs::Knobs;
+pub use observe::poll_read_observed;
 pub use observer_model::{observer_model, ObserverModel};
 pub use parsers::{run_priority_parse, run_priority_update_parse};
 pub use read_case::{decode_read_case, Preface, ReadCase, ServerWrite};
