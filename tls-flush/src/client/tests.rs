@@ -11,8 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::{ClientTransport, FirstFlightConfig, FlushClientStream, Release};
 use crate::frame::{
-    encoded_frame, FrameHeader, CLIENT_PREFACE, DATA, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS,
-    SETTINGS,
+    encoded_frame, CLIENT_PREFACE, DATA, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS, SETTINGS,
 };
 
 /// A transport that takes at most `limits[i]` bytes on its i-th write (0: `Pending`, then
