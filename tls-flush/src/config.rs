@@ -125,7 +125,27 @@ impl Default for UrgentCut {
 /// Configuration of one wrapped connection; build it from a [`Policy`] and adjust.
 ///
 /// Every setter is named after what it sets; a feature with a parameter takes an
-/// `Option` (`None` switches it off), an on/off feature takes a `bool`.
+/// `Option` (`None` switches it off), an on/off feature takes a `bool`, and a plain amount
+/// (bytes, a duration, a count) is taken as it is.
+///
+/// # Settings
+///
+/// | setter | takes | [`Policy::Scheduled`] | [`Policy::EarlyFlush`], [`Policy::Dynamic`] |
+/// |---|---|---|---|
+/// | [`reorder`](Self::reorder) | `bool` | on | off |
+/// | [`pack_records`](Self::pack_records) | `bool` | on | on |
+/// | [`cork`](Self::cork) | `bool` | on | on |
+/// | [`write_budget`](Self::write_budget) | `bool` | on | off |
+/// | [`announce_no_rfc7540_priorities`](Self::announce_no_rfc7540_priorities) | `bool` | on | on |
+/// | [`urgent_cut`](Self::urgent_cut) | `Option<UrgentCut>` | urgency 0, payloads up to 4096 bytes | the same |
+/// | [`anticipate`](Self::anticipate) | `Option<Duration>` | 5 ms | off |
+/// | [`notsent_lowat`](Self::notsent_lowat) | `Option<u32>` (`None`: the socket's own) | 16 KiB | 16 KiB |
+/// | [`tls_max_fragment_size`](Self::tls_max_fragment_size) | `Option<usize>` (`None`: rustls's default) | `None` | `None` |
+/// | [`record_sizing`](Self::record_sizing) | [`RecordSizing`] | full records | full records; `Dynamic`: ramping sizes, reset after 1 s idle |
+/// | [`soft_limit`](Self::soft_limit) | bytes | 256 KiB | 36 KiB |
+/// | [`hard_limit`](Self::hard_limit) | bytes | 1 MiB | 1 MiB |
+/// | [`anticipation_budget`](Self::anticipation_budget) | time per second | 100 ms | 100 ms |
+/// | [`max_early_updates`](Self::max_early_updates) | count | 128 | 128 |
 ///
 /// # Memory bounds
 ///
@@ -395,5 +415,43 @@ impl FlushConfig {
             },
         };
         size.clamp(1, self.tls_record_payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The presets are what the settings table in [`FlushConfig`]'s documentation says.
+    #[test]
+    fn presets_match_the_settings_table() {
+        let s = FlushConfig::for_policy(Policy::Scheduled);
+        assert!(s.reorder && s.pack_records && s.cork && s.write_budget);
+        assert!(s.announce_no_rfc7540_priorities);
+        assert_eq!(s.urgent_cut, Some(UrgentCut::default()));
+        assert_eq!(s.anticipate, Some(Duration::from_millis(5)));
+        assert_eq!(s.notsent_lowat, Some(16 * 1024));
+        assert_eq!(s.tls_record_payload, MAX_RECORD_PAYLOAD);
+        assert_eq!(s.record_sizing, RecordSizing::Fixed(MAX_RECORD_PAYLOAD));
+        assert_eq!((s.soft_limit, s.hard_limit), (256 * 1024, 1024 * 1024));
+        assert_eq!(s.anticipation_budget, Duration::from_millis(100));
+        assert_eq!(s.max_early_updates, 128);
+        for policy in [Policy::EarlyFlush, Policy::Dynamic] {
+            let c = FlushConfig::for_policy(policy);
+            assert!(!c.reorder && !c.write_budget && c.pack_records && c.cork);
+            assert!(c.announce_no_rfc7540_priorities);
+            assert_eq!(c.urgent_cut, s.urgent_cut);
+            assert_eq!(c.anticipate, None);
+            assert_eq!(c.notsent_lowat, s.notsent_lowat);
+            assert_eq!((c.soft_limit, c.hard_limit), (36 * 1024, 1024 * 1024));
+            assert_eq!(c.anticipation_budget, s.anticipation_budget);
+            assert_eq!(c.max_early_updates, s.max_early_updates);
+        }
+        assert_eq!(
+            FlushConfig::for_policy(Policy::Dynamic).record_sizing,
+            RecordSizing::Dynamic {
+                idle_reset: Duration::from_secs(1)
+            }
+        );
     }
 }
