@@ -305,15 +305,11 @@ impl<S: AsyncWrite + Unpin> Tap<S> {
                 self.injecting = self.injector.take();
             }
             if self.injecting.is_empty() {
-                break;
+                return Pin::new(&mut self.inner).poll_flush(cx);
             }
-            while !self.injecting.is_empty() {
-                let n =
-                    std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.injecting))?;
-                self.injecting.drain(..n);
-            }
+            let n = std::task::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.injecting))?;
+            self.injecting.drain(..n);
         }
-        Pin::new(&mut self.inner).poll_flush(cx)
     }
 }
 
