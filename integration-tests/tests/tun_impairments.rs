@@ -25,6 +25,8 @@ const DATAGRAMS: u64 = 100_000;
 /// a fifth of the test link's rate (so that the queue never fills) and slow enough for the
 /// emulator's reader on a loaded two-core machine.
 const DATAGRAMS_PER_MS: u64 = 50;
+/// `SO_RCVBUF` requested for the receiving socket.
+const RECV_BUFFER: usize = 4 << 20;
 
 #[test]
 fn random_loss_is_counted_for_udp_traffic() {
@@ -51,6 +53,12 @@ fn random_loss_is_counted_for_udp_traffic() {
         .unwrap();
     server
         .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    // Room for a stall of the receiving thread: with the default buffer (about 200 datagrams'
+    // worth at 50 per ms) a busy 2-core machine overflowed it (98,985 received of 99,039
+    // delivered); the kernel caps the request at `net.core.rmem_max`.
+    socket2::SockRef::from(&server)
+        .set_recv_buffer_size(RECV_BUFFER)
         .unwrap();
     // Counts datagrams until none came for 500 ms (after the sender finished).
     let receiver = std::thread::spawn(move || {
