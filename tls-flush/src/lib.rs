@@ -36,6 +36,7 @@ mod acceptor;
 mod anticipation;
 #[cfg(feature = "client")]
 pub mod client;
+mod clock;
 mod config;
 #[cfg(feature = "serve")]
 mod early_data;
@@ -60,6 +61,9 @@ mod write_path;
 
 #[cfg(feature = "axum-server")]
 pub use acceptor::{FlushAcceptor, FlushAcceptorFuture};
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub use clock::fuzz_clock;
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
 #[cfg(feature = "serve")]
 pub use early_data::{

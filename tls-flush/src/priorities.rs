@@ -158,7 +158,7 @@ impl StreamPriorities {
         let Some(bound) = self.anticipate else {
             return;
         };
-        let now = Instant::now();
+        let now = crate::clock::now();
         self.prune_holds(now);
         let Some(entry) = self.open.get_mut(&stream_id) else {
             return;

@@ -24,7 +24,7 @@ impl std::fmt::Debug for Timer {
 impl Timer {
     /// Ready once `until` has passed; otherwise the task is woken then.
     pub(crate) fn poll_until(&mut self, cx: &mut Context<'_>, until: Instant) -> Poll<()> {
-        if Instant::now() >= until {
+        if crate::clock::now() >= until {
             return Poll::Ready(());
         }
         if tokio::runtime::Handle::try_current().is_err() {

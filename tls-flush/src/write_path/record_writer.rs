@@ -191,7 +191,7 @@ impl RecordWriter {
         self.first_flight = FirstFlight::Over;
         self.sent_since_idle += len as u64;
         if timed {
-            self.last_write = Some(Instant::now());
+            self.last_write = Some(crate::clock::now());
         }
         self.chunk.clear();
         self.holds_bulk = false;
@@ -411,7 +411,7 @@ impl WritePath {
                 w.first_flight = FirstFlight::Over;
                 return false;
             }
-            FirstFlight::Open => Instant::now() + FIRST_FLIGHT_WAIT,
+            FirstFlight::Open => crate::clock::now() + FIRST_FLIGHT_WAIT,
             FirstFlight::Waiting(until) => until,
         };
         if w.pace_timer.poll_until(cx, until).is_ready() {
@@ -471,7 +471,7 @@ impl WritePath {
         let target = config.record_target(u64::MAX);
         let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
         let urgent = !self.next_is_bulk(config, priorities);
-        let now = Instant::now();
+        let now = crate::clock::now();
         let lifts = self.writer.budget.cap_lifts();
         let allowance = self
             .writer
@@ -722,7 +722,7 @@ impl WritePath {
             self.writer.hold_until = None;
             return false;
         }
-        let now = Instant::now();
+        let now = crate::clock::now();
         let wanted = next.and_then(|u| {
             priorities.hold_deadline(u, now).or_else(|| {
                 first

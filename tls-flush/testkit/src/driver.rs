@@ -25,6 +25,36 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::transport::{FaultyTransport, Wire};
 
+/// The driver's clock: the wrapper's. Fuzz builds (`--cfg fuzzing`) move it forward by
+/// [`clock::TICK`] whenever a poll only waited for time to pass, so holds and waits cost
+/// polls, not real time; elsewhere it is the real clock.
+mod clock {
+    use std::time::Instant;
+
+    /// How far a poll that only waited moves a fuzz build's clock: the wrapper's waits are
+    /// whole milliseconds (holds of 5 ms, a first flight's 2 ms).
+    #[cfg(fuzzing)]
+    pub const TICK: std::time::Duration = std::time::Duration::from_millis(1);
+
+    #[cfg(fuzzing)]
+    pub fn now() -> Instant {
+        tls_flush::fuzz_clock::now()
+    }
+
+    #[cfg(fuzzing)]
+    pub fn waited() {
+        tls_flush::fuzz_clock::advance(TICK);
+    }
+
+    #[cfg(not(fuzzing))]
+    pub fn now() -> Instant {
+        Instant::now()
+    }
+
+    #[cfg(not(fuzzing))]
+    pub fn waited() {}
+}
+
 /// Polls without progress on the transport (bytes accepted, flushed or read), lasting at
 /// least the stall time, before a pipeline is declared stuck. Schedules accept within a
 /// few dozen transport calls; the wall-clock part lets `scheduled`'s anticipation (DATA
@@ -66,7 +96,7 @@ impl Stall {
         Stall {
             progress: wire.borrow().progress(),
             polls: 0,
-            since: Instant::now(),
+            since: clock::now(),
             time,
         }
     }
@@ -79,7 +109,7 @@ impl Stall {
             return false;
         }
         self.polls += 1;
-        self.polls >= MAX_PENDING_POLLS && self.since.elapsed() >= self.time
+        self.polls >= MAX_PENDING_POLLS && clock::now() - self.since >= self.time
     }
 }
 
@@ -139,8 +169,13 @@ impl Harness {
         let mut cx = Context::from_waker(&self.waker);
         self.wire.borrow_mut().begin_poll();
         let before = self.wakes.0.load(Relaxed);
+        let progress = self.wire.borrow().progress();
         let result = f(Pin::new(&mut self.stream), &mut cx);
         let woke = self.wakes.0.load(Relaxed) != before;
+        if result.is_pending() && woke && self.wire.borrow().progress() == progress {
+            // Only waiting for time to pass (no runtime times the wait here).
+            clock::waited();
+        }
         let (parked, reactor) = self.wire.borrow_mut().end_poll();
         self.last_poll_woke = woke;
         self.last_poll_again = woke || parked;
@@ -186,7 +221,7 @@ impl Harness {
                     "{what}: still Pending after {} polls and {:?} without progress although \
                      the transport keeps accepting",
                     stall.polls,
-                    stall.since.elapsed()
+                    clock::now() - stall.since
                 ));
             }
         }
@@ -272,7 +307,7 @@ impl Harness {
                     "poll_flush keeps asking to be polled again: {} polls and {:?} without \
                      progress",
                     stall.polls,
-                    stall.since.elapsed()
+                    clock::now() - stall.since
                 ));
             }
         }

@@ -82,7 +82,10 @@ pub use parsers::{run_priority_parse, run_priority_update_parse};
 pub use read_case::{decode_read_case, Preface, ReadCase, ServerWrite};
 pub use read_run::{run_read_case, run_read_observer};
 pub use sink::Sink;
-pub use transport::{Buffering, Event, FaultyTransport, ReadPlan, SimulatedPath, Step, Wire};
+pub use transport::{
+    Buffering, Event, FaultyTransport, ReadPlan, SimulatedPath, Sizes, Step, Wire,
+    SIZE_DOUBLING_CALLS,
+};
 pub use write_case::{decode_write_case, Shape, WriteCase};
 pub use write_run::{
     check_delivery, check_ordering, finish, locate, run_write_case, run_write_pipeline, split,

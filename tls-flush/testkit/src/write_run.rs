@@ -16,7 +16,7 @@ use crate::checks::{
 };
 use crate::driver::{Harness, FUZZ_STALL_TIME};
 use crate::frame::{encode_all, parse_frames, Frame, HEADER_LEN};
-use crate::transport::Wire;
+use crate::transport::{Sizes, Wire};
 use crate::write_case::{decode_write_case, WriteCase};
 
 /// One write call of the plan.
@@ -97,7 +97,8 @@ pub fn write_call<'p>(
 ) -> Result<(&'p WriteOp, Vec<u8>, io::Result<usize>), String> {
     let op = &plan[call % plan.len()];
     let read = h.read(op.read_before)?;
-    let chunk = &input[pos..(pos + op.size).min(input.len())];
+    let size = h.wire.borrow().sizes.apply(op.size, call);
+    let chunk = &input[pos..pos.saturating_add(size).min(input.len())];
     let written = h
         .write_io(&split(chunk, op.slices, op.split_seed))
         .map_err(|e| format!("{e} ({})", locate(frames, pos)))?;
@@ -297,6 +298,7 @@ pub fn run_write_case(case: &WriteCase) -> Result<(), String> {
     let (input, truncated_by) = truncated_input(case);
     let mut wire = Wire::new(case.schedule.clone(), case.buffering, case.client.clone());
     wire.fail_write_at = case.fail_write_at;
+    wire.sizes = Sizes::GrowingFloor;
     let mut h = Harness::new(case.knobs.config(), wire).with_stall_time(FUZZ_STALL_TIME);
 
     let written = write_input(&mut h, &case.plan, case.read_first, &case.frames, &input)?;
