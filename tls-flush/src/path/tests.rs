@@ -312,13 +312,39 @@ fn queued(unacked: u32, srtt_ms: u64) -> PathState {
 
 /// A budget past its startup (gain 1.25) with a 20 Mbit/s rate, at `t0 + 100 ms`.
 fn steady_budget(t0: Instant) -> (WriteBudget, Instant) {
+    steady_budget_with_srtt(t0, 20)
+}
+
+/// The same, on a path whose smoothed RTT was `srtt_ms` while little was in flight.
+fn steady_budget_with_srtt(t0: Instant, srtt_ms: u64) -> (WriteBudget, Instant) {
     let mut budget = WriteBudget::default();
     budget.set_congestion(CongestionControl::LossBased);
     for round in 0..=3 {
         let now = t0 + Duration::from_millis(21 * round);
-        bulk_record(&mut budget, &queued(10, 20), now);
+        bulk_record(&mut budget, &queued(10, srtt_ms), now);
     }
     (budget, t0 + Duration::from_millis(100))
+}
+
+#[test]
+fn a_jittery_path_sizes_the_cap_on_its_lowest_smoothed_rtt() {
+    let t0 = Instant::now();
+    // Jitter: a minimum RTT of 20 ms (one lucky packet), but 30 ms smoothed with little in
+    // flight. 50 segments in flight and an srtt of 36 ms under load: on the minimum the
+    // cap (1.25 x 50,000 bytes) would hold the record back; on the path's 30 ms (BDP
+    // 75,000 bytes) it goes, and no foreign queue is declared for it.
+    let (mut jittery, now) = steady_budget_with_srtt(t0, 30);
+    assert_eq!(
+        bulk_record(&mut jittery, &queued(50, 36), now),
+        Allowance::Record(RECORD)
+    );
+    assert_eq!(jittery.cap_lifts(), 0);
+    let (mut clean, now) = steady_budget(t0);
+    let a = bulk_record(&mut clean, &queued(50, 36), now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // The jittery path's cap still holds past 1.25 x its own BDP (and a record).
+    let a = bulk_record(&mut jittery, &queued(75, 36), now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
 }
 
 #[test]
