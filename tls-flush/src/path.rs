@@ -5,7 +5,7 @@
 //! record it reads the socket's state ([`PathState`], from Linux `TCP_INFO`) and:
 //!
 //! - keeps the kernel's unsent bytes to about one record beyond what the congestion window
-//!   lets TCP send now (`(cwnd - unacked) x MSS`), plus, once the window holds four
+//!   lets TCP send now (`(cwnd - in flight) x MSS`, in flight as Linux counts it), plus, once the window holds four
 //!   records, what it frees during a timer wait (at most two windows per minimum RTT, as
 //!   in slow start), so that TCP does not idle until the timer fires;
 //! - once the path's rate is known and the congestion control is loss-based (cubic: not
@@ -61,6 +61,9 @@ use std::time::{Duration, Instant};
 ///     ssthresh: 0,
 ///     srtt: std::time::Duration::from_millis(21),
 ///     retransmits: 0,
+///     sacked: 0,
+///     lost: 0,
+///     retransmitting: 0,
 /// };
 /// assert_eq!(state.window_bytes(), 6 * 1448);
 /// assert!(state.in_slow_start(), "no slow start threshold yet");
@@ -87,6 +90,13 @@ pub struct PathState {
     pub srtt: Duration,
     /// Segments retransmitted over the connection's life (`tcpi_total_retrans`).
     pub retransmits: u32,
+    /// Of `unacked`, segments the receiver holds (selectively acknowledged, `tcpi_sacked`).
+    pub sacked: u32,
+    /// Of `unacked`, segments marked lost and not yet retransmitted or still missing
+    /// (`tcpi_lost`).
+    pub lost: u32,
+    /// Retransmissions sent and not yet acknowledged (`tcpi_retrans`).
+    pub retransmitting: u32,
 }
 
 impl PathState {
@@ -109,14 +119,38 @@ impl PathState {
         crate::socket::tcp_info(socket.as_fd())
     }
 
-    /// Bytes the congestion window lets TCP send now.
-    pub fn window_bytes(&self) -> usize {
-        self.cwnd.saturating_sub(self.unacked) as usize * self.mss as usize
+    /// Segments in the network, as Linux counts them against the congestion window
+    /// (`tcp_packets_in_flight`): sent and unacknowledged, less those the receiver holds
+    /// or that are lost, plus retransmissions on their way. During loss recovery this is
+    /// well below `unacked`.
+    ///
+    /// ```
+    /// let state = tls_flush::PathState {
+    ///     cwnd: 20,
+    ///     unacked: 40,
+    ///     sacked: 25,
+    ///     lost: 10,
+    ///     retransmitting: 2,
+    ///     mss: 1448,
+    ///     ..Default::default()
+    /// };
+    /// assert_eq!(state.in_flight_segments(), 7);
+    /// assert_eq!(state.window_bytes(), 13 * 1448, "room for the lost segments' retransmissions");
+    /// ```
+    pub fn in_flight_segments(&self) -> u32 {
+        self.unacked
+            .saturating_sub(self.sacked.saturating_add(self.lost))
+            .saturating_add(self.retransmitting)
     }
 
-    /// Bytes sent and not yet acknowledged.
+    /// Bytes the congestion window lets TCP send now.
+    pub fn window_bytes(&self) -> usize {
+        self.cwnd.saturating_sub(self.in_flight_segments()) as usize * self.mss as usize
+    }
+
+    /// Bytes in the network (see [`Self::in_flight_segments`]).
     pub fn in_flight_bytes(&self) -> usize {
-        self.unacked as usize * self.mss as usize
+        self.in_flight_segments() as usize * self.mss as usize
     }
 
     /// True while the window grows by what each ACK acknowledges (no threshold yet, or

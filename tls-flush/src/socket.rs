@@ -83,6 +83,9 @@ pub(crate) fn tcp_info(stream: std::os::fd::BorrowedFd<'_>) -> io::Result<crate:
         ssthresh: info.tcpi_snd_ssthresh,
         srtt: std::time::Duration::from_micros(u64::from(info.tcpi_rtt)),
         retransmits: info.tcpi_total_retrans,
+        sacked: info.tcpi_sacked,
+        lost: info.tcpi_lost,
+        retransmitting: info.tcpi_retrans,
     })
 }
 

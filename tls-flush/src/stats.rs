@@ -154,7 +154,7 @@ pub struct RequestArrival {
     /// Bytes in the kernel's send buffer not yet sent (`tcpi_notsent_bytes`); `None`
     /// without `TCP_INFO`.
     pub notsent_bytes: Option<u64>,
-    /// Bytes sent and not yet acknowledged (`tcpi_unacked` x MSS); `None` without
+    /// Bytes in the network (`PathState::in_flight_bytes`: unacknowledged less SACKed and lost, plus retransmissions); `None` without
     /// `TCP_INFO`.
     pub in_flight_bytes: Option<u64>,
     /// Plaintext bytes handed to the transport before the request was read.

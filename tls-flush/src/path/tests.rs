@@ -22,6 +22,7 @@ fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState 
         ssthresh: 0,
         srtt: Duration::ZERO,
         retransmits: 0,
+        ..PathState::default()
     }
 }
 
@@ -38,6 +39,7 @@ fn loopback_and_unknown_paths_are_not_limited() {
         ssthresh: 0,
         srtt: Duration::ZERO,
         retransmits: 0,
+        ..PathState::default()
     };
     let now = Instant::now();
     assert_eq!(
@@ -495,5 +497,29 @@ fn the_kernel_is_asked_to_pace_once_on_a_paced_path_under_a_loss_based_control()
     assert!(
         !loopback.take_pacing_request(),
         "an unpaced path needs no pacing"
+    );
+}
+
+#[test]
+fn in_loss_recovery_the_cap_counts_what_is_in_the_network() {
+    let t0 = Instant::now();
+    let (mut budget, now) = steady_budget(t0);
+    // 80 segments unacknowledged (115,840 bytes), over 1.25 x BDP: with all of them in the
+    // network the record waits ...
+    let a = bulk_record(&mut budget, &queued(80, 22), now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // ... but after a burst of losses 50 of them are SACKed and 12 lost, 2 of those
+    // retransmitted: 20 are in the network, and TCP needs new data to keep its ACK clock
+    // (and its loss detection) going.
+    let recovering = PathState {
+        sacked: 50,
+        lost: 12,
+        retransmitting: 2,
+        ..queued(80, 22)
+    };
+    assert_eq!(recovering.in_flight_segments(), 20);
+    assert_eq!(
+        bulk_record(&mut budget, &recovering, now),
+        Allowance::Record(RECORD)
     );
 }

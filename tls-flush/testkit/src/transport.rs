@@ -501,6 +501,7 @@ impl Wire {
             // The in-memory wire has no queue of its own: the RTT is the minimum.
             srtt: path.min_rtt,
             retransmits: 0,
+            ..tls_flush::PathState::default()
         })
     }
 }
