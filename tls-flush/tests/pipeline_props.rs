@@ -49,9 +49,9 @@ use tls_flush_testkit::{
     check_counters, check_delivery, check_ordering, data, encode_all, expected_frames, finish,
     header_block, inverted_data_frames, literal, match_frames, parse_frames, parse_frames_lenient,
     priority_update, request_block, response_block, settings_frame, write_call, write_input,
-    Buffering, CounterBounds, Frame, Harness, Knobs, OrderChecks, SimulatedPath, Step, Wire,
-    WriteOp, ACK, CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE, PRIORITY_UPDATE,
-    RST_STREAM, WINDOW_UPDATE,
+    Buffering, CounterBounds, Frame, Harness, Knobs, OrderChecks, OutputEnd, SimulatedPath, Step,
+    Wire, WriteOp, ACK, CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE,
+    PRIORITY_UPDATE, RST_STREAM, WINDOW_UPDATE,
 };
 use tokio::io::AsyncWrite;
 
@@ -453,7 +453,7 @@ fn run_scenario_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
     // in-order policies.
     let order = OrderChecks {
         header_blocks: true,
-        unfinished_block: false,
+        end: OutputEnd::AfterWholeBlocks,
         in_order: !knobs.reorders(),
         announced: setup.announce.then_some(&input_frames[..]),
     };

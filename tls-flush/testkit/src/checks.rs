@@ -100,15 +100,24 @@ pub fn match_frames(expected: &[Frame], out: &[Frame]) -> Result<Vec<usize>, Str
 
 /// Header blocks are contiguous and keep their relative order across streams.
 pub fn check_header_blocks(out: &[Frame], perm: &[usize]) -> Result<(), String> {
-    check_header_blocks_to_end(out, perm, false)
+    check_header_blocks_to_end(out, perm, OutputEnd::AfterWholeBlocks)
 }
 
-/// [`check_header_blocks`], the output ending inside a header block exactly when
-/// `unfinished` (the writer stopped inside its last block, which shutdown sent as it is).
+/// How the output must end, as far as header blocks go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputEnd {
+    /// Every header block in it is finished.
+    AfterWholeBlocks,
+    /// Inside its last header block: the writer stopped there, and shutdown sent the
+    /// block's whole frames as they are.
+    InsideLastBlock,
+}
+
+/// [`check_header_blocks`], the output ending as `end` says.
 pub fn check_header_blocks_to_end(
     out: &[Frame],
     perm: &[usize],
-    unfinished: bool,
+    end: OutputEnd,
 ) -> Result<(), String> {
     let mut open: Option<u32> = None;
     let mut last_block: Option<usize> = None;
@@ -145,11 +154,13 @@ pub fn check_header_blocks_to_end(
             }
         }
     }
-    match (open, unfinished) {
-        (Some(stream), false) => Err(format!(
+    match (open, end) {
+        (Some(stream), OutputEnd::AfterWholeBlocks) => Err(format!(
             "the output ends inside the header block of stream {stream}"
         )),
-        (None, true) => Err("the output does not end with the unfinished header block".into()),
+        (None, OutputEnd::InsideLastBlock) => {
+            Err("the output does not end with the unfinished header block".into())
+        }
         _ => Ok(()),
     }
 }

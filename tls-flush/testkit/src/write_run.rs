@@ -12,7 +12,7 @@ use tls_flush::StatsSnapshot;
 use crate::checks::{
     check_control_not_overtaken, check_counters, check_first_settings_grew,
     check_header_blocks_to_end, check_in_order, check_settings_barriers, expected_frames,
-    follows_header_grammar, match_frames, unfinished_block_at_end,
+    follows_header_grammar, match_frames, unfinished_block_at_end, OutputEnd,
 };
 use crate::driver::{Harness, FUZZ_STALL_TIME};
 use crate::frame::{encode_all, parse_frames, Frame, HEADER_LEN};
@@ -232,9 +232,9 @@ pub fn check_delivery(
 pub struct OrderChecks<'a> {
     /// The input follows h2's header-block grammar: blocks must be contiguous and in order.
     pub header_blocks: bool,
-    /// h2 stopped inside its last header block after whole frames of it: the output ends
-    /// with them (shutdown sends the block as it is).
-    pub unfinished_block: bool,
+    /// Where the output ends: inside its last header block when h2 stopped there after
+    /// whole frames of it (shutdown sends the block as it is).
+    pub end: OutputEnd,
     /// The configuration does not reorder: the output keeps the written order exactly.
     pub in_order: bool,
     /// With the announcement on, the input whose first SETTINGS grew.
@@ -247,7 +247,7 @@ pub fn check_ordering(out: &[Frame], perm: &[usize], o: OrderChecks<'_>) -> Resu
     if o.header_blocks {
         // Outside h2's grammar (stray CONTINUATIONs, interrupted blocks) the input's blocks
         // are not contiguous to begin with.
-        check_header_blocks_to_end(out, perm, o.unfinished_block)?;
+        check_header_blocks_to_end(out, perm, o.end)?;
     }
     check_settings_barriers(out, perm)?;
     check_control_not_overtaken(out, perm)?;
@@ -317,7 +317,11 @@ pub fn run_write_case(case: &WriteCase) -> Result<(), String> {
     let (out, perm) = check_delivery(&finished, &exp.frames, exp.unfinished, &s)?;
     let ordering = OrderChecks {
         header_blocks: follows_header_grammar(&case.frames, truncated_by > 0),
-        unfinished_block: exp.unfinished > 0,
+        end: if exp.unfinished > 0 {
+            OutputEnd::InsideLastBlock
+        } else {
+            OutputEnd::AfterWholeBlocks
+        },
         in_order: !case.knobs.reorders(),
         announced: case.knobs.announce.then(|| &case.frames[..exp.whole]),
     };
