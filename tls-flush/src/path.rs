@@ -5,9 +5,10 @@
 //! record it reads the socket's state ([`PathState`], from Linux `TCP_INFO`) and:
 //!
 //! - keeps the kernel's unsent bytes to about one record beyond what the congestion window
-//!   lets TCP send now (`(cwnd - in flight) x MSS`, in flight as Linux counts it), plus, once the window holds four
-//!   records, what it frees during a timer wait (at most two windows per minimum RTT, as
-//!   in slow start), so that TCP does not idle until the timer fires;
+//!   lets TCP send now (`(cwnd - in flight) x MSS`, in flight as Linux counts it), plus,
+//!   once the window holds four records, what it frees during a timer wait (at most two
+//!   windows per minimum RTT, as in slow start), so that TCP does not idle until the timer
+//!   fires;
 //! - once the path's rate is known and the congestion control is loss-based (cubic: not
 //!   BBR, which does this itself), keeps the bytes in flight plus the unsent ones near a
 //!   small multiple of the bandwidth-delay product (`max delivery rate x the path's RTT`,

@@ -154,8 +154,8 @@ pub struct RequestArrival {
     /// Bytes in the kernel's send buffer not yet sent (`tcpi_notsent_bytes`); `None`
     /// without `TCP_INFO`.
     pub notsent_bytes: Option<u64>,
-    /// Bytes in the network (`PathState::in_flight_bytes`: unacknowledged less SACKed and lost, plus retransmissions); `None` without
-    /// `TCP_INFO`.
+    /// Bytes in the network (`PathState::in_flight_bytes`: unacknowledged less SACKed and
+    /// lost, plus retransmissions); `None` without `TCP_INFO`.
     pub in_flight_bytes: Option<u64>,
     /// Plaintext bytes handed to the transport before the request was read.
     pub bytes_written: u64,

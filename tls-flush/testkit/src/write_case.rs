@@ -86,7 +86,7 @@ pub fn decode_write_case(data: &[u8]) -> WriteCase {
         1 => Buffering::Reported,
         _ => Buffering::Silent,
     };
-    let knobs = decode_knobs(&mut inp, policy, bits);
+    let mut knobs = decode_knobs(&mut inp, policy, bits);
     let schedule = decode_schedule(&mut inp);
     let fail_write_at = match inp.u8() % 16 {
         0 => Some(inp.below(64)),
@@ -102,7 +102,6 @@ pub fn decode_write_case(data: &[u8]) -> WriteCase {
         Shape::Grammar
     };
     let frames = FrameGen::new(&mut inp, shape).frames();
-    let mut knobs = knobs;
     bound_records(&mut knobs, frames.iter().map(Frame::wire_len).sum());
     WriteCase {
         knobs,
