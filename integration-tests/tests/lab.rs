@@ -343,17 +343,20 @@ fn trace_writes_a_packet_timeline_through_the_tun_link() {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("t_ms,due_ms,dir,ip_len,flags,seq,ack,payload,queue_bytes,dropped,records,streams")
+        Some(
+            "t_ms,due_ms,dir,flow,ip_len,flags,seq,ack,payload,queue_bytes,dropped,records,streams"
+        )
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert!(rows.len() > 100, "{} packets", rows.len());
-    let syn = |dir: &str, flags: &str| rows.iter().any(|r| r[2] == dir && r[4] == flags);
+    let syn = |dir: &str, flags: &str| rows.iter().any(|r| r[2] == dir && r[5] == flags);
     assert!(syn("up", "S") && syn("down", "SA"), "{csv}");
     // Server-to-client packets carry the critical stream's bytes somewhere.
     let critical = "5";
     assert!(
-        rows.iter()
-            .any(|r| r[2] == "down" && r[11].split(' ').any(|s| s == critical)),
+        rows.iter().any(|r| r[2] == "down"
+            && r[3] == "fixture"
+            && r[12].split(' ').any(|s| s == critical)),
         "no packet carried stream {critical}"
     );
 }

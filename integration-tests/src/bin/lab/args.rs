@@ -249,9 +249,9 @@ pub struct LabArgs {
     pub explain: bool,
     /// With --link tun: writes a packet timeline of each run to this directory (created if
     /// needed), one CSV file per run named after its order, case, workload, urgencies and
-    /// repeat (e.g. `003-scheduled-late-explicit-r0.csv`): time, direction, IP length, TCP
-    /// flags, relative seq and ack, payload, queue, and the TLS records and HTTP/2 streams a
-    /// server-to-client packet carried.
+    /// repeat (e.g. `003-scheduled-late-explicit-r0.csv`): time, direction, flow (`fixture`,
+    /// or `cross` for --cross traffic), IP length, TCP flags, relative seq and ack, payload,
+    /// queue, and the TLS records and HTTP/2 streams a server-to-client packet carried.
     #[arg(long, value_name = "DIR")]
     pub trace: Option<PathBuf>,
     /// With --trace: trace only the first N runs (in the order they run) [default: all].

@@ -85,36 +85,73 @@ fn ms(origin: Instant, at: Instant) -> f64 {
     at.saturating_duration_since(origin).as_secs_f64() * 1e3
 }
 
-/// The initial sequence numbers of both directions (from the SYN and the SYN-ACK).
-fn initial_sequences(trace: &[PacketEvent]) -> [Option<u32>; 2] {
-    let isn = |direction| {
-        trace
+/// The connection under test among the packets of a run (with `--cross` the link also
+/// carries the cross-traffic flows): the one the client opened, whose SYN went upstream
+/// (a cross-traffic sender connects from the server's side), named by the client's port.
+#[derive(Debug, Clone, Copy)]
+struct Fixture {
+    client_port: u16,
+    /// Initial sequence numbers, upstream (the SYN) and downstream (the SYN-ACK).
+    up_isn: u32,
+    down_isn: Option<u32>,
+}
+
+impl Fixture {
+    fn of(trace: &[PacketEvent]) -> Option<Fixture> {
+        // SYN alone opens a connection, SYN with ACK answers it.
+        let syn = |p: &&PacketEvent, direction, flags| {
+            p.direction == direction && p.tcp.is_some_and(|t| t.flags & 0x12 == flags)
+        };
+        let (client_port, up_isn) = trace
             .iter()
-            .filter(|p| p.direction == direction)
-            .find_map(|p| p.tcp.filter(|t| t.flags & 0x02 != 0).map(|t| t.seq))
-    };
-    [isn(Direction::Upstream), isn(Direction::Downstream)]
+            .find(|p| syn(p, Direction::Upstream, 0x02))
+            .and_then(|p| p.tcp)
+            .map(|t| (t.src_port, t.seq))?;
+        let down_isn = trace
+            .iter()
+            .filter(|p| syn(p, Direction::Downstream, 0x12))
+            .filter_map(|p| p.tcp)
+            .find(|t| t.dst_port == client_port)
+            .map(|t| t.seq);
+        Some(Fixture {
+            client_port,
+            up_isn,
+            down_isn,
+        })
+    }
+
+    /// The packet belongs to the connection under test.
+    fn carries(&self, p: &PacketEvent) -> bool {
+        p.tcp.is_some_and(|t| match p.direction {
+            Direction::Upstream => t.src_port == self.client_port,
+            Direction::Downstream => t.dst_port == self.client_port,
+        })
+    }
 }
 
 /// The CSV of one run's trace.
 pub fn render_csv(run: &TunRun) -> String {
     let records = records(run);
-    let [up, down] = initial_sequences(&run.trace);
+    let fixture = Fixture::of(&run.trace);
+    let (up, down) = (fixture.map(|f| f.up_isn), fixture.and_then(|f| f.down_isn));
     let relative = |n: u32, isn: Option<u32>| isn.map_or(n, |isn| n.wrapping_sub(isn));
     let mut out = String::from(
-        "t_ms,due_ms,dir,ip_len,flags,seq,ack,payload,queue_bytes,dropped,records,streams\n",
+        "t_ms,due_ms,dir,flow,ip_len,flags,seq,ack,payload,queue_bytes,dropped,records,streams\n",
     );
     for p in &run.trace {
-        let (own, other) = match p.direction {
-            Direction::Upstream => (up, down),
-            Direction::Downstream => (down, up),
+        let ours = fixture.is_some_and(|f| f.carries(p));
+        let (own, other) = match (ours, p.direction) {
+            (false, _) => (None, None),
+            (true, Direction::Upstream) => (up, down),
+            (true, Direction::Downstream) => (down, up),
         };
         let _ = write!(
             out,
-            "{:.3},{:.3},{},{},",
+            "{:.3},{:.3},{},{},{},",
             ms(run.link_started, p.at),
             ms(run.link_started, p.due),
             p.direction.short(),
+            if ours { "fixture" } else { "cross" },
             p.ip_len
         );
         let Some(tcp) = p.tcp else {
@@ -123,7 +160,7 @@ pub fn render_csv(run: &TunRun) -> String {
         };
         let seq = relative(tcp.seq, own);
         let (mut carried_records, mut carried_streams) = (String::new(), String::new());
-        if p.direction == Direction::Downstream && tcp.payload > 0 && down.is_some() {
+        if ours && p.direction == Direction::Downstream && tcp.payload > 0 && down.is_some() {
             // The SYN takes sequence number 0: byte 0 of the stream is seq 1.
             let start = u64::from(seq.wrapping_sub(1));
             let (indices, streams) = carried(&records, run, start, start + u64::from(tcp.payload));
@@ -186,12 +223,12 @@ pub fn critical_record(run: &TunRun, rtt: Duration) -> Option<CriticalRecord> {
             .is_some_and(|(start, len)| start < last && last <= start + len)
     })?;
     let r = &records[index];
-    let [_, down] = initial_sequences(&run.trace);
-    let down = down?;
+    let fixture = Fixture::of(&run.trace)?;
+    let down = fixture.down_isn?;
     let times: Vec<Instant> = run
         .trace
         .iter()
-        .filter(|p| p.direction == Direction::Downstream && !p.dropped)
+        .filter(|p| p.direction == Direction::Downstream && !p.dropped && fixture.carries(p))
         .filter_map(|p| {
             let tcp = p.tcp.filter(|t| t.payload > 0)?;
             let start = u64::from(tcp.seq.wrapping_sub(down).wrapping_sub(1));
@@ -225,4 +262,57 @@ pub fn write_trace(dir: &Path, index: usize, run: &TunRun) -> Result<PathBuf, Bo
     let path = trace_path(dir, index, run);
     std::fs::write(&path, render_csv(run)).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use integration_tests::tun::TcpFields;
+
+    fn packet(
+        direction: Direction,
+        src_port: u16,
+        dst_port: u16,
+        flags: u8,
+        seq: u32,
+    ) -> PacketEvent {
+        let at = Instant::now();
+        PacketEvent {
+            at,
+            due: at,
+            direction,
+            ip_len: 60,
+            tcp: Some(TcpFields {
+                src_port,
+                dst_port,
+                flags,
+                seq,
+                ack: 0,
+                payload: 0,
+            }),
+            dropped: false,
+            queue_bytes: 0,
+        }
+    }
+
+    /// Cross traffic connects first and from the server's side; the fixture is the
+    /// connection the client opened, and only its packets count as its own.
+    #[test]
+    fn the_fixture_is_the_connection_the_client_opened() {
+        let (sink, sender, client, server) = (40_000, 50_000, 41_000, 443);
+        let trace = [
+            packet(Direction::Downstream, sender, sink, 0x02, 7),
+            packet(Direction::Upstream, sink, sender, 0x12, 9),
+            packet(Direction::Upstream, client, server, 0x02, 100),
+            packet(Direction::Downstream, sender, sink, 0x10, 8),
+            packet(Direction::Downstream, server, client, 0x12, 200),
+        ];
+        let fixture = Fixture::of(&trace).expect("a fixture");
+        assert_eq!(
+            (fixture.client_port, fixture.up_isn, fixture.down_isn),
+            (client, 100, Some(200))
+        );
+        let ours: Vec<bool> = trace.iter().map(|p| fixture.carries(p)).collect();
+        assert_eq!(ours, [false, false, true, false, true]);
+    }
 }
