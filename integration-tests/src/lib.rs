@@ -15,6 +15,7 @@ pub mod first_request;
 pub mod link;
 pub mod peers;
 pub mod server;
+pub mod site_server;
 pub mod tap;
 pub mod tun;
 pub mod workload;

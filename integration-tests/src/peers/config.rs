@@ -6,10 +6,20 @@
 //! each kind); the peers of [`PeerKind::ALL`] send no TLS session tickets, in the servers'
 //! own terms and with OpenSSL's `NumTickets` 0 (see the [module documentation](super)),
 //! while the [`PeerKind::RESUMING`] variants keep OpenSSL's tickets and log their requests.
+//!
+//! Every peer types the static sites' files by [`SITE_CONTENT_TYPES`], in its own terms and
+//! whether or not it serves a site ([`PeerOptions::site`](super::PeerOptions::site)): the
+//! fixture's paths have no extension, so its responses are the same either way. nginx gets
+//! a `types` block (inside `http`, after the template's `default_type` line), h2o
+//! `file.mime.addtypes` (over its defaults), and nghttpd (`--mime-types-file`) and Apache
+//! (mod_mime's `TypesConfig`) a `mime.types` file of their own ([`Layout::mime_types`],
+//! [`mime_types_file`]). The templates themselves do not name the types: they are added to
+//! the filled-in text here, from the one table.
 
 use std::ffi::OsString;
 use std::path::Path;
 
+use super::files::SITE_CONTENT_TYPES;
 use super::kind::{APACHE_MODULES, APACHE_MODULE_FILES};
 use super::{Layout, PeerKind};
 
@@ -29,6 +39,8 @@ const APACHE_CONF: &str = include_str!("../../peers/httpd.conf");
 pub(super) const OPENSSL_CONF: &str = include_str!("../../peers/openssl.cnf");
 /// The name of that file in the peer's directory.
 pub(super) const OPENSSL_CONF_FILE: &str = "openssl.cnf";
+/// The line of [`NGINX_CONF`] (in its `http` block) that its `types` block follows.
+const NGINX_TYPES_AFTER: &str = "    default_type application/octet-stream;\n";
 
 impl PeerKind {
     /// The configuration file the peer reads (its name in the directory, and its text) for a
@@ -53,7 +65,29 @@ impl PeerKind {
                 ("MODULES", apache_load_modules()),
             ],
         );
-        Some((name, text))
+        Some((name, self.with_content_types(text, layout)))
+    }
+
+    /// `config`, the filled-in template, with the lines that type the sites' files by
+    /// [`SITE_CONTENT_TYPES`] (see the [module](self) docs).
+    fn with_content_types(self, config: String, layout: &Layout) -> String {
+        match self {
+            PeerKind::Nginx | PeerKind::Nginx4k | PeerKind::Nginx0rtt | PeerKind::NginxNoEarly => {
+                // A template change that drops the line is a bug, caught by the unit test.
+                assert!(
+                    config.contains(NGINX_TYPES_AFTER),
+                    "nginx.conf has no `default_type`"
+                );
+                config.replacen(
+                    NGINX_TYPES_AFTER,
+                    &format!("{NGINX_TYPES_AFTER}{}", nginx_types()),
+                    1,
+                )
+            }
+            PeerKind::H2o => config + &h2o_add_types(),
+            PeerKind::Apache => config + &apache_types_config(layout),
+            PeerKind::Nghttpd => config,
+        }
     }
 
     /// The configuration file's name and template; `None` for nghttpd.
@@ -144,6 +178,54 @@ impl PeerKind {
     pub(super) fn reads_openssl_conf(self) -> bool {
         matches!(self, PeerKind::Nghttpd | PeerKind::H2o)
     }
+
+    /// Whether it reads the sites' content types from [`mime_types_file`] (written by
+    /// [`PeerServer::start`](super::PeerServer::start) as [`Layout::mime_types`]).
+    pub(super) fn reads_mime_types(self) -> bool {
+        matches!(self, PeerKind::Nghttpd | PeerKind::Apache)
+    }
+}
+
+/// The text of a `mime.types` file (the format of Debian's `/etc/mime.types`: a media type,
+/// then its extensions) holding [`SITE_CONTENT_TYPES`], for nghttpd and Apache.
+pub(super) fn mime_types_file() -> String {
+    let mut text = String::from("# The lab's static-site content types (SITE_CONTENT_TYPES).\n");
+    for (extension, content_type) in SITE_CONTENT_TYPES {
+        text.push_str(&format!("{content_type} {extension}\n"));
+    }
+    text
+}
+
+/// nginx's `types` block (it replaces nginx's built-in list; other extensions get the
+/// template's `default_type`).
+fn nginx_types() -> String {
+    let mut block =
+        String::from("    # The static sites' content types (SITE_CONTENT_TYPES).\n    types {\n");
+    for (extension, content_type) in SITE_CONTENT_TYPES {
+        block.push_str(&format!("        {content_type} {extension};\n"));
+    }
+    block + "    }\n"
+}
+
+/// h2o's global `file.mime.addtypes` (applied to every host, over h2o's own defaults).
+fn h2o_add_types() -> String {
+    let mut lines = String::from(
+        "\n# The static sites' content types (SITE_CONTENT_TYPES).\nfile.mime.addtypes:\n",
+    );
+    for (extension, content_type) in SITE_CONTENT_TYPES {
+        lines.push_str(&format!("  \"{content_type}\": \".{extension}\"\n"));
+    }
+    lines
+}
+
+/// Apache's `TypesConfig`: mod_mime reads the sites' content types from the peer's
+/// [`mime_types_file`] (and refuses to start without a types file; its default,
+/// `conf/mime.types` under `ServerRoot`, does not exist).
+fn apache_types_config(layout: &Layout) -> String {
+    format!(
+        "\n# The static sites' content types (SITE_CONTENT_TYPES).\nTypesConfig {}\n",
+        layout.mime_types().display()
+    )
 }
 
 /// nghttpd's flags: it has no configuration file.
@@ -155,6 +237,11 @@ fn nghttpd_args(layout: &Layout) -> Vec<OsString> {
         os_path(&layout.htdocs()),
         // Schedule by RFC 9218 (the `priority` header), not the RFC 7540 tree.
         os("--no-rfc7540-pri"),
+        // The sites' content types, instead of the system's /etc/mime.types.
+        os(&format!(
+            "--mime-types-file={}",
+            layout.mime_types().display()
+        )),
         os(&listen.port().to_string()),
         os_path(&layout.key()),
         os_path(&layout.cert()),
@@ -280,6 +367,7 @@ mod tests {
                 "--htdocs",
                 "/tmp/lab-peer-x/htdocs",
                 "--no-rfc7540-pri",
+                "--mime-types-file=/tmp/lab-peer-x/mime.types",
                 "8443",
                 "/tmp/lab-peer-x/key.pem",
                 "/tmp/lab-peer-x/cert.pem",
@@ -290,5 +378,44 @@ mod tests {
             args[..4],
             ["-c", "/tmp/lab-peer-x/nginx.conf", "-p", "/tmp/lab-peer-x/"]
         );
+    }
+
+    #[test]
+    fn every_peer_types_the_site_files() {
+        let l = layout();
+        for kind in [PeerKind::Nginx, PeerKind::Nginx4k]
+            .into_iter()
+            .chain(PeerKind::RESUMING)
+        {
+            let (_, nginx) = kind.config(&l).unwrap();
+            let types = nginx
+                .find("    types {")
+                .unwrap_or_else(|| panic!("{nginx}"));
+            // Inside `http`, before the `server` block.
+            assert!(nginx.find("http {").unwrap() < types, "{nginx}");
+            assert!(types < nginx.find("server {").unwrap(), "{nginx}");
+        }
+        let (_, nginx) = PeerKind::Nginx.config(&l).unwrap();
+        let (_, h2o) = PeerKind::H2o.config(&l).unwrap();
+        let mime_types = mime_types_file();
+        for (extension, content_type) in SITE_CONTENT_TYPES {
+            assert_has_lines(&nginx, &[&format!("        {content_type} {extension};\n")]);
+            assert_has_lines(
+                &h2o,
+                &[&format!("\n  \"{content_type}\": \".{extension}\"\n")],
+            );
+            assert_has_lines(&mime_types, &[&format!("\n{content_type} {extension}\n")]);
+        }
+        // Top level in h2o's YAML, so every host has them.
+        assert_has_lines(&h2o, &["\nfile.mime.addtypes:\n"]);
+        let (_, apache) = PeerKind::Apache.config(&l).unwrap();
+        assert_has_lines(
+            &apache,
+            &[
+                "LoadModule mime_module /usr/lib/apache2/modules/mod_mime.so",
+                "\nTypesConfig /tmp/lab-peer-x/mime.types\n",
+            ],
+        );
+        assert!(PeerKind::Apache.reads_mime_types() && PeerKind::Nghttpd.reads_mime_types());
     }
 }

@@ -15,12 +15,14 @@ use super::INSTALL_HINT;
 
 /// Where Debian's Apache keeps its modules.
 pub const APACHE_MODULES: &str = "/usr/lib/apache2/modules";
-/// The Apache modules the configuration loads.
-pub(super) const APACHE_MODULE_FILES: [(&str, &str); 4] = [
+/// The Apache modules the configuration loads (mod_mime: the static sites' content types,
+/// see [`SITE_CONTENT_TYPES`](super::SITE_CONTENT_TYPES)).
+pub(super) const APACHE_MODULE_FILES: [(&str, &str); 5] = [
     ("mpm_event_module", "mod_mpm_event.so"),
     ("authz_core_module", "mod_authz_core.so"),
     ("ssl_module", "mod_ssl.so"),
     ("http2_module", "mod_http2.so"),
+    ("mime_module", "mod_mime.so"),
 ];
 /// Directories searched for a peer's binary after `PATH` (nginx, nghttpd and apache2 are in
 /// `/usr/sbin`, which a non-root `PATH` often lacks).

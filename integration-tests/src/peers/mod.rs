@@ -10,6 +10,9 @@
 //!
 //! - `htdocs/critical` (4096 bytes) and `htdocs/bg/1`, `htdocs/bg/2` (1 MiB each), byte `i`
 //!   being `(i % 251) as u8`, so that `/critical`, `/bg/1` and `/bg/2` are static files;
+//! - with [`PeerOptions::site`], a static site's files in `htdocs/` beside the fixture (for
+//!   the browser lab), typed by [`SITE_CONTENT_TYPES`] (nghttpd and Apache read those from
+//!   a `mime.types` of their own; every peer has them, site or not);
 //! - `cert.pem` and `key.pem`: a self-signed ECDSA P-256 certificate for `localhost` and
 //!   `127.0.0.1`, `CA:FALSE` (webpki rejects a CA certificate used as the end entity), made
 //!   like the in-process servers' ([`examples::tls::self_signed`]);
@@ -61,7 +64,8 @@
 //! - `kind`: [`PeerKind`], which peers there are, and whether they are installed
 //!   ([`NotInstalled`]);
 //! - `config`: what a peer is told (its configuration file, arguments and environment);
-//! - `files`: its files ([`Layout`], [`write_fixture`], [`self_signed_pem`]);
+//! - `files`: its files ([`Layout`], [`write_fixture`], [`copy_site`], [`self_signed_pem`])
+//!   and the static sites' content types ([`SITE_CONTENT_TYPES`]);
 //! - `server`: the running process ([`PeerServer`], [`PeerOptions`]);
 //! - `probe`: the readiness handshake.
 
@@ -73,7 +77,9 @@ mod server;
 
 use std::time::Duration;
 
-pub use files::{self_signed_pem, write_fixture, Layout};
+pub use files::{
+    copy_site, self_signed_pem, site_content_type, write_fixture, Layout, SITE_CONTENT_TYPES,
+};
 pub use kind::{NotInstalled, PeerKind, APACHE_MODULES};
 pub use server::{PeerOptions, PeerServer};
 

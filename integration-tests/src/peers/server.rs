@@ -1,7 +1,7 @@
 //! A running peer ([`PeerServer`]): started as a child process in a fresh directory
-//! ([`PeerOptions`] say where and how), awaited until it completes a TLS handshake, and
-//! stopped (SIGTERM, then SIGKILL after [`STOP_GRACE`]) and its directory removed when
-//! dropped.
+//! ([`PeerOptions`] say where and how, and which static site it serves besides the
+//! fixture), awaited until it completes a TLS handshake, and stopped (SIGTERM, then SIGKILL
+//! after [`STOP_GRACE`]) and its directory removed when dropped.
 //!
 //! Invariants: from the moment its directory exists, a [`PeerServer`] owns it and the child
 //! (so that every failed start cleans up after itself); the child's output goes to files in
@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::CertificateDer;
 
-use super::config::{OPENSSL_CONF, OPENSSL_CONF_FILE};
-use super::files::{self_signed_pem, temp_dir, write_file, write_fixture};
+use super::config::{mime_types_file, OPENSSL_CONF, OPENSSL_CONF_FILE};
+use super::files::{
+    copy_site, self_signed_pem, temp_dir, write_file, write_fixture, PUBLIC_FILE_MODE,
+};
 use super::probe::{handshake, probe_addr, probe_config, Probe};
 use super::{Layout, PeerKind, START_TIMEOUT, STOP_GRACE};
 use crate::BoxError;
@@ -46,6 +48,13 @@ pub struct PeerOptions {
     pub command_prefix: Vec<OsString>,
     /// How long to wait for the first successful handshake.
     pub start_timeout: Duration,
+    /// A directory whose contents the peer serves too, under its document root and beside
+    /// the fixture (a file at `SITE/a/b.css` is `/a/b.css`), typed by
+    /// [`SITE_CONTENT_TYPES`](super::SITE_CONTENT_TYPES). It is linked or copied into the
+    /// peer's own directory at start (see [`copy_site`](super::copy_site)): files added to
+    /// it later are not served, and its files must not change while the peer runs (a
+    /// hard-linked file is the same file). A file at a fixture path fails the start.
+    pub site: Option<PathBuf>,
 }
 
 impl Default for PeerOptions {
@@ -55,6 +64,7 @@ impl Default for PeerOptions {
             port: None,
             command_prefix: Vec::new(),
             start_timeout: START_TIMEOUT,
+            site: None,
         }
     }
 }
@@ -131,7 +141,9 @@ impl PeerServer {
             certificate: CertificateDer::from(Vec::new()),
             child: None,
         };
-        server.prepare().map_err(|e| format!("{kind}: {e}"))?;
+        server
+            .prepare(options.site.as_deref())
+            .map_err(|e| format!("{kind}: {e}"))?;
         let config = server.write_config()?;
         let mut command = server.command(binary, options, config.as_deref())?;
         let child = command.spawn().map_err(|e| {
@@ -143,9 +155,13 @@ impl PeerServer {
         Ok(server)
     }
 
-    /// Writes the fixture, the certificate and the OpenSSL configuration of nghttpd and h2o.
-    fn prepare(&mut self) -> Result<(), BoxError> {
+    /// Writes the fixture and `site`'s files, the certificate, the OpenSSL configuration of
+    /// nghttpd and h2o, and the media types file of nghttpd and Apache.
+    fn prepare(&mut self, site: Option<&Path>) -> Result<(), BoxError> {
         write_fixture(&self.layout.htdocs())?;
+        if let Some(site) = site {
+            copy_site(site, &self.layout.htdocs()).map_err(|e| format!("copying the site: {e}"))?;
+        }
         let (der, cert, key) = self_signed_pem()?;
         write_file(&self.layout.cert(), cert.as_bytes(), 0o644)?;
         write_file(&self.layout.key(), key.as_bytes(), 0o600)?;
@@ -156,6 +172,10 @@ impl PeerServer {
                 OPENSSL_CONF.as_bytes(),
                 0o644,
             )?;
+        }
+        if self.kind.reads_mime_types() {
+            let text = mime_types_file();
+            write_file(&self.layout.mime_types(), text.as_bytes(), PUBLIC_FILE_MODE)?;
         }
         Ok(())
     }
