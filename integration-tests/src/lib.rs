@@ -13,6 +13,7 @@ pub mod attack;
 pub mod client;
 pub mod first_request;
 pub mod link;
+pub mod pages;
 pub mod peers;
 pub mod server;
 pub mod site_server;

@@ -83,6 +83,6 @@ pub(super) async fn start_tun_server(
 ) -> Result<TunServer, BoxError> {
     match server {
         FirstRequestServer::Ours => TunServer::start_with(link, start_ours).await,
-        FirstRequestServer::Peer(kind) => TunServer::start_peer(link, kind).await,
+        FirstRequestServer::Peer(kind) => TunServer::start_peer(link, kind, None).await,
     }
 }

@@ -82,7 +82,7 @@ pub async fn run_tun_traced(
     // Dropping `link` (here or on an early return) removes the namespaces.
     let server = match (case.setup(), case) {
         (Some(setup), _) => TunServer::start_in_process(&link, setup).await,
-        (None, Case::Peer(kind)) => TunServer::start_peer(&link, *kind).await,
+        (None, Case::Peer(kind)) => TunServer::start_peer(&link, *kind, None).await,
         (None, _) => unreachable!("external servers are refused above"),
     }
     .map_err(|e| format!("{label}: starting the server: {e}"))?;
@@ -254,11 +254,17 @@ impl TunServer {
         }
     }
 
-    /// Starts the peer `kind` under `ip netns exec` in the link's server namespace.
-    pub(crate) async fn start_peer(link: &TunLink, kind: PeerKind) -> Result<TunServer, BoxError> {
+    /// Starts the peer `kind` under `ip netns exec` in the link's server namespace, serving
+    /// `site` too when given ([`PeerOptions::site`]).
+    pub(crate) async fn start_peer(
+        link: &TunLink,
+        kind: PeerKind,
+        site: Option<std::path::PathBuf>,
+    ) -> Result<TunServer, BoxError> {
         let options = PeerOptions {
             bind: SERVER_ADDR.into(),
             command_prefix: link.command_prefix(Side::Server),
+            site,
             ..PeerOptions::default()
         };
         // Started (blocking) from a thread in the server namespace, where its readiness
