@@ -45,7 +45,7 @@ mod path_figures;
 mod tun_run;
 
 pub use path_figures::{bottleneck_share, fixture_body_bytes, goodput_mbit, PathFigures};
-pub(crate) use tun_run::TunServer;
+pub(crate) use tun_run::{link_drops, start_cross, TunServer};
 pub use tun_run::{run_tun, run_tun_traced, TunRun};
 
 /// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's

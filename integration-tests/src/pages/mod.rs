@@ -31,9 +31,11 @@ mod load;
 mod network;
 mod png;
 mod report;
+mod runner;
 mod site;
 
 pub use chromium::{chromium_version, CHROMIUM};
 pub use load::{load_page, LoadOptions};
 pub use report::{LoadedResource, PageLoad, RequestSeen, H2};
+pub use runner::{page_timeout, run_page_relay, run_page_tun, PageRun};
 pub use site::{generate_site, Page, Site, SiteFile, BUSY_HEAD_START};

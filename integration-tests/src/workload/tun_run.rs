@@ -155,7 +155,10 @@ pub async fn run_tun_traced(
 
 /// Starts `flows` cross flows on `link` (none for 0) and waits their head start
 /// ([`CROSS_HEAD_START`]); fails if they moved nothing meanwhile.
-async fn start_cross(link: &TunLink, flows: usize) -> Result<Option<CrossTraffic>, BoxError> {
+pub(crate) async fn start_cross(
+    link: &TunLink,
+    flows: usize,
+) -> Result<Option<CrossTraffic>, BoxError> {
     if flows == 0 {
         return Ok(None);
     }
@@ -170,7 +173,7 @@ async fn start_cross(link: &TunLink, flows: usize) -> Result<Option<CrossTraffic
 
 /// The packets the link's server-to-client direction dropped so far: tail drops and
 /// random losses.
-fn link_drops(link: &TunLink) -> u64 {
+pub(crate) fn link_drops(link: &TunLink) -> u64 {
     let downstream = link.stats().downstream;
     downstream.dropped + downstream.lost
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Parser;
 use integration_tests::first_request::{ClientCase, FirstRequestServer};
 use integration_tests::link::LinkConfig;
+use integration_tests::pages::Page;
 use integration_tests::peers::NotInstalled;
 use integration_tests::tun::{derive_seed, CongestionControl, TunConfig};
 use integration_tests::workload::{Case, UnknownName, Urgencies, Workload};
@@ -18,6 +19,7 @@ use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::impairments::trace_start;
+use crate::pages::PagePlan;
 
 /// Which link the runs go through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -55,8 +57,9 @@ fn parse_link(s: &str) -> Result<LinkMode, String> {
         })
 }
 
-/// A name given to `--workloads`: one of the priority experiment's workloads, or one of
-/// the two first-request workloads, which run on their own (their `--cases` are clients).
+/// A name given to `--workloads`: one of the priority experiment's workloads, one of the
+/// two first-request workloads, which run on their own (their `--cases` are clients), or
+/// one of the browser pages, which run on their own too ([`crate::pages`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadArg {
     /// `alone`, `simultaneous`, `late`.
@@ -65,6 +68,8 @@ pub enum WorkloadArg {
     FirstRequest,
     /// `connection-rate`: new connections, one after the other, for `--duration`.
     ConnectionRate,
+    /// `page-article`, `page-app`, `page-busy`: the page loaded in headless Chromium.
+    Page(Page),
 }
 
 impl FromStr for WorkloadArg {
@@ -74,11 +79,15 @@ impl FromStr for WorkloadArg {
         match s.trim() {
             "first-request" => Ok(WorkloadArg::FirstRequest),
             "connection-rate" => Ok(WorkloadArg::ConnectionRate),
-            other => other.parse().map(WorkloadArg::Priority).map_err(|mut e| {
-                e.known
-                    .extend(["first-request".into(), "connection-rate".into()]);
-                e
-            }),
+            other => match Page::from_name(other) {
+                Some(page) => Ok(WorkloadArg::Page(page)),
+                None => other.parse().map(WorkloadArg::Priority).map_err(|mut e| {
+                    e.known
+                        .extend(["first-request".into(), "connection-rate".into()]);
+                    e.known.extend(Page::ALL.map(|p| p.name().to_string()));
+                    e
+                }),
+            },
         }
     }
 }
@@ -150,7 +159,14 @@ pub const DEFAULT_RATE_SECS: f64 = 10.0;
                   close), sequentially with a single client, for --duration seconds per case \
                   and server, sharing one session store (every connection after the first may \
                   resume), and reports connections per second and the ratio to stock-client, \
-                  the way HAProxy measures connection rates."
+                  the way HAProxy measures connection rates.\n\n\
+                  Pages: `--workloads page-article,page-app,page-busy` (any subset, on their \
+                  own) loads the lab's generated site's pages in a fresh headless Chromium \
+                  (Debian's chromium) from a fresh server per run, ours or a peer's, through \
+                  the link, and reports LCP, FCP, load, the stylesheet's and the hero image's \
+                  ends (article, busy) and the API answers' time (app), the ratios and the \
+                  paired differences to stock; a load that is not complete and byte-exact is \
+                  a failed run. First the `priority` headers Chromium sent per resource type."
 )]
 pub struct LabArgs {
     /// Runs of every (case, workload, urgencies) cell.
@@ -161,12 +177,14 @@ pub struct LabArgs {
     /// NAME@HOST:PORT for an external server serving the same fixture [default: ours only,
     /// stock,stock-4k,early-flush,dynamic,scheduled]. With first-request or
     /// connection-rate: client cases, stock-client, coalesced, coalesced-0rtt [default:
-    /// stock-client].
+    /// stock-client]. With the page workloads: servers as above, no external one [default:
+    /// stock,early-flush,scheduled,nginx,nghttpd,h2o,apache].
     #[arg(long, value_delimiter = ',')]
     pub cases: Option<Vec<String>>,
     /// Workloads, comma-separated: alone (the critical request alone on a fresh connection:
     /// the floor the `x alone` column divides by), simultaneous, late; or, on their own,
-    /// first-request and connection-rate (see below).
+    /// first-request and connection-rate (see below); or, on their own, the pages loaded in
+    /// headless Chromium: page-article, page-app, page-busy (any subset).
     #[arg(long, value_delimiter = ',', default_value = "alone,simultaneous,late")]
     pub workloads: Vec<WorkloadArg>,
     /// With first-request or connection-rate: servers, comma-separated: ours, nginx-0rtt,
@@ -297,6 +315,8 @@ pub struct LabConfig {
     /// `--workloads first-request` / `connection-rate`: what they run (then `cases`,
     /// `workloads` and `urgencies` are empty).
     pub first_request: Option<FirstRequestPlan>,
+    /// `--workloads page-*`: the pages to load (then `workloads` and `urgencies` are empty).
+    pub pages: Option<PagePlan>,
 }
 
 impl LabConfig {
@@ -380,11 +400,13 @@ impl LabConfig {
                 crate::impairments::apply(args, &mut tun)?;
             }
         }
+        let pages = crate::pages::page_plan(args)?;
         let first_request = first_request_plan(args)?;
-        let case_names = match (&args.cases, &first_request) {
-            (_, Some(_)) => Vec::new(),
-            (Some(names), None) => names.clone(),
-            (None, None) => Case::BUILTIN.iter().map(|c| c.name().to_string()).collect(),
+        let case_names = match (&args.cases, &first_request, &pages) {
+            (_, Some(_), _) => Vec::new(),
+            (Some(names), None, _) => names.clone(),
+            (None, None, Some(_)) => crate::pages::DEFAULT_CASES.map(String::from).to_vec(),
+            (None, None, None) => Case::BUILTIN.iter().map(|c| c.name().to_string()).collect(),
         };
         let cases = case_names
             .iter()
@@ -398,6 +420,9 @@ impl LabConfig {
                 .then(|| c.name())
         }) {
             return Err(format!("two different cases are named `{dup}`").into());
+        }
+        if pages.is_some() {
+            crate::pages::check_cases(&cases)?;
         }
         let config = LabConfig {
             repeats: args.repeats,
@@ -413,7 +438,7 @@ impl LabConfig {
                     .collect::<Vec<_>>(),
                 |w| *w,
             ),
-            urgencies: if first_request.is_some() {
+            urgencies: if first_request.is_some() || pages.is_some() {
                 Vec::new()
             } else {
                 dedup(&args.urgencies, |u| *u)
@@ -431,8 +456,10 @@ impl LabConfig {
                 .clone()
                 .map(|dir| (dir, args.trace_runs.unwrap_or(usize::MAX))),
             first_request,
+            pages,
         };
-        if config.first_request.is_none() && config.cells().is_empty() {
+        let own_plan = config.first_request.is_some() || config.pages.is_some();
+        if !own_plan && config.cells().is_empty() {
             return Err(
                 "nothing to run: --cases, --workloads and --urgencies may not be empty".into(),
             );

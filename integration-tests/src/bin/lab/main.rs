@@ -21,6 +21,7 @@
 //! | `main.rs` | the entry point and the loop over the runs |
 //! | `args.rs` | the flags (clap), the configuration they make, the cells and the run order |
 //! | `first_request.rs` | `--workloads first-request` and `connection-rate`: runs, tables, JSON |
+//! | `pages.rs` | `--workloads page-article,page-app,page-busy` (Chromium): plan, runs, tables, JSON |
 //! | `outcome.rs` | every run, completed or not: failed runs, their count per cell |
 //! | `stats.rs` | medians, spreads and paired differences against stock |
 //! | `report.rs` | the Markdown tables and the JSON |
@@ -30,6 +31,7 @@ mod args;
 mod first_request;
 mod impairments;
 mod outcome;
+mod pages;
 mod report;
 mod stats;
 mod svg;
@@ -97,6 +99,10 @@ async fn run(args: LabArgs) -> Result<(), BoxError> {
     }
     if let Some(plan) = config.first_request.clone() {
         return run_first_request(&config, &plan, args.json.as_deref()).await;
+    }
+    if let Some(plan) = config.pages.clone() {
+        let (json, svg) = (args.json.as_deref(), args.svg.as_deref());
+        return pages::run_and_report(&config, &plan, json, svg).await;
     }
     if config.cases.is_empty() {
         return Err("nothing to run: no case asked for is installed".into());

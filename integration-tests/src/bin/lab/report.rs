@@ -12,7 +12,7 @@ use crate::outcome::{completed, failures, render_failures, RunOutcome};
 use crate::stats::{explain, paired, summarize, ExplainRow, Spread, BASELINE};
 
 /// `median [min, max]` with `decimals` decimals, with a sign when `signed`.
-fn show(spread: &Spread, decimals: usize, signed: bool) -> String {
+pub fn show(spread: &Spread, decimals: usize, signed: bool) -> String {
     let f = |x: f64| {
         if signed {
             format!("{x:+.decimals$}")
@@ -30,7 +30,7 @@ fn show(spread: &Spread, decimals: usize, signed: bool) -> String {
 
 /// A Markdown table with padded columns; the first `text_columns` are left-aligned, the
 /// others right-aligned.
-fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> String {
+pub fn markdown(headers: &[&str], rows: &[Vec<String>], text_columns: usize) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {

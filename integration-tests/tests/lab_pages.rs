@@ -1,0 +1,118 @@
+//! The lab's page workloads end to end: the `lab` binary loads page-app in headless
+//! Chromium from `stock` and `scheduled` (one repeat, the relay link), and its JSON must
+//! hold both runs, completed, with every figure of a page load (null where page-app has
+//! none), and agree with the page's table.
+//!
+//! Needs Debian's `chromium` on `PATH` (`scripts/install-test-tools.sh` installs it): the
+//! test fails without it rather than skipping.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// The figures every completed run carries as numbers on page-app.
+const APP_FIGURES: [&str; 5] = ["fcp_ms", "lcp_ms", "dcl_ms", "load_ms", "api_ms"];
+
+/// The figures page-app does not have: null in its runs.
+const ARTICLE_ONLY: [&str; 2] = ["css_end_ms", "hero_end_ms"];
+
+/// Runs the lab with `args` plus `--json PATH`; returns the report and the JSON.
+fn run_lab(args: &[&str]) -> (String, Value) {
+    let json_path = std::env::temp_dir().join(format!("lab-pages-{}.json", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(args)
+        .arg("--json")
+        .arg(&json_path)
+        .output()
+        .expect("the lab runs");
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{}\n{report}\n{stderr}",
+        output.status
+    );
+    let json = std::fs::read_to_string(&json_path).expect("the JSON file");
+    std::fs::remove_file(&json_path).ok();
+    println!("{report}");
+    (
+        report,
+        serde_json::from_str(&json).expect("the JSON parses"),
+    )
+}
+
+/// The cells of the rows of the first Markdown table whose header starts with `header`.
+fn table(report: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = report.lines().skip_while(|l| !l.starts_with(header));
+    assert!(lines.next().is_some(), "no table `{header}` in:\n{report}");
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|cell| cell.trim().to_string())
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn lab_loads_page_app_from_stock_and_scheduled() {
+    let (report, json) = run_lab(&[
+        "--workloads",
+        "page-app",
+        "--cases",
+        "stock,scheduled",
+        "--repeats",
+        "1",
+        "--link",
+        "relay",
+        "--seed",
+        "7",
+    ]);
+    let config = &json["config"];
+    assert_eq!(config["workloads"], serde_json::json!(["page-app"]));
+    assert_eq!(config["cases"], serde_json::json!(["stock", "scheduled"]));
+    assert!(
+        config["chromium"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("Chromium")),
+        "{config}"
+    );
+    let results = json["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "{json}");
+    for run in results {
+        assert_eq!(run["completed"], true, "{run}");
+        assert_eq!(run["workload"], "page-app");
+        assert_eq!(run["repeat"], 0);
+        for key in APP_FIGURES {
+            assert!(run[key].as_f64().is_some_and(|ms| ms > 0.0), "{key}: {run}");
+        }
+        for key in ARTICLE_ONLY.into_iter().chain(["link_drops", "error"]) {
+            assert!(run[key].is_null(), "{key}: {run}");
+        }
+    }
+    let cases: Vec<&str> = results.iter().filter_map(|r| r["case"].as_str()).collect();
+    assert!(
+        cases.contains(&"stock") && cases.contains(&"scheduled"),
+        "{cases:?}"
+    );
+
+    // The page's table: one row per case, its LCP the run's (one repeat: min = max).
+    let rows = table(&report, "| case      | loads |");
+    assert_eq!(rows.len(), 2, "{report}");
+    for row in rows {
+        let run = results
+            .iter()
+            .find(|r| r["case"] == row[0].as_str())
+            .unwrap_or_else(|| panic!("a run of {}", row[0]));
+        let lcp = run["lcp_ms"].as_f64().expect("LCP");
+        assert_eq!(row[1], "1/1");
+        assert_eq!(row[2], format!("{lcp:.0} [{lcp:.0}, {lcp:.0}]"), "{report}");
+    }
+    assert!(
+        report.contains("`priority` request headers Chromium sent"),
+        "{report}"
+    );
+}
