@@ -9,6 +9,11 @@
 //!   what was queued after it goes after;
 //! - connection-level control frames (PING, WINDOW_UPDATE, GOAWAY) go ahead of DATA.
 //!
+//! DATA follows RFC 9218 §10 within an urgency (non-incremental responses one at a time,
+//! lowest stream id first; incremental ones round-robin), and the urgencies share the link
+//! by weight, each sixteen times the next less urgent one ([`shares`]), so that a long download
+//! never starves a less urgent response.
+//!
 //! Barriers are modelled as epochs: frames queued between two SETTINGS frames form an
 //! epoch, only the oldest epoch is served, and its closing SETTINGS leaves last.
 //!
@@ -27,6 +32,10 @@ use tower_priority::Priority;
 
 use crate::frame::{self, FrameHeader};
 use crate::priorities::StreamPriorities;
+
+mod shares;
+
+use shares::UrgencyShares;
 
 /// One schedulable unit: a frame, or a whole header block (HEADERS + CONTINUATIONs).
 #[derive(Debug, Clone)]
@@ -94,6 +103,15 @@ struct Index {
     sequential: [BTreeSet<u32>; 8],
     incremental: [BTreeSet<u32>; 8],
     data_by_seq: BTreeSet<(u64, u32)>,
+}
+
+impl Index {
+    /// The urgency levels with DATA heads, as bits (bit `u`: urgency `u`).
+    fn waiting_levels(&self) -> u8 {
+        (0..8)
+            .filter(|&u| !self.sequential[u].is_empty() || !self.incremental[u].is_empty())
+            .fold(0, |bits, u| bits | 1 << u)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -206,6 +224,8 @@ pub(crate) struct Scheduler {
     epochs: VecDeque<Epoch>,
     /// Per urgency, the last incremental stream served (round-robin cursor).
     round_robin: [u32; 8],
+    /// How the urgencies share the link (see [`UrgencyShares`]).
+    shares: UrgencyShares,
     queued_bytes: usize,
     queued_units: usize,
     next_seq: u64,
@@ -229,6 +249,7 @@ impl Scheduler {
                 ..Epoch::default()
             }]),
             round_robin: [0; 8],
+            shares: UrgencyShares::default(),
             queued_bytes: 0,
             queued_units: 0,
             next_seq: 0,
@@ -415,7 +436,8 @@ impl Scheduler {
         if let Some(unit) = epoch.conn.pop_front() {
             return Some((unit, not_reordered));
         }
-        let chosen = Self::next_stream(epoch, &self.round_robin)?;
+        let chosen = Self::next_stream(epoch, &self.round_robin, &self.shares)?;
+        let waiting = epoch.index.waiting_levels();
         let oldest_data = epoch.index.data_by_seq.first().map(|&(seq, _)| seq);
         let q = epoch
             .streams
@@ -428,6 +450,9 @@ impl Scheduler {
             if q.priority.incremental {
                 self.round_robin[level(q.priority)] = chosen;
             }
+            let length = unit.bytes.len().saturating_sub(frame::HEADER_LEN);
+            self.shares
+                .served(waiting, level(q.priority), length as u64);
         }
         if q.frames.is_empty() {
             epoch.unindex(chosen);
@@ -461,7 +486,7 @@ impl Scheduler {
                 if !epoch.conn.is_empty() {
                     return None;
                 }
-                let id = Self::next_stream(epoch, &self.round_robin)?;
+                let id = Self::next_stream(epoch, &self.round_robin, &self.shares)?;
                 let q = &epoch.streams[&id];
                 q.frames.front().filter(|f| f.is_data())?;
                 Some(q.priority.urgency)
@@ -470,7 +495,7 @@ impl Scheduler {
     }
 
     /// The stream whose head unit goes next in the served `epoch` (stream-0 frames aside).
-    fn next_stream(epoch: &Epoch, round_robin: &[u32; 8]) -> Option<u32> {
+    fn next_stream(epoch: &Epoch, round_robin: &[u32; 8], shares: &UrgencyShares) -> Option<u32> {
         // Non-DATA heads go first, oldest first; a header block only in its turn.
         let header_turn = epoch.header_order.front().copied().filter(|&(seq, id)| {
             epoch.streams[&id]
@@ -482,12 +507,12 @@ impl Scheduler {
         match (header_turn, control) {
             (Some(h), Some(c)) => Some(if h.0 < c.0 { h.1 } else { c.1 }),
             (Some((_, id)), None) | (None, Some((_, id))) => Some(id),
-            (None, None) => Self::choose_data(epoch, round_robin),
+            (None, None) => Self::choose_data(epoch, round_robin, shares),
         }
     }
 
     /// Picks the stream whose DATA goes next (RFC 9218 §10).
-    fn choose_data(epoch: &Epoch, round_robin: &[u32; 8]) -> Option<u32> {
+    fn choose_data(epoch: &Epoch, round_robin: &[u32; 8], shares: &UrgencyShares) -> Option<u32> {
         // A header block waiting behind its own stream's DATA (trailers) blocks every later
         // header block: that stream inherits the highest priority until it is through.
         if let Some(&(_, id)) = epoch.header_order.front() {
@@ -500,8 +525,7 @@ impl Scheduler {
             }
         }
         let index = &epoch.index;
-        let urgency = (0..8)
-            .find(|&u| !index.sequential[u].is_empty() || !index.incremental[u].is_empty())?;
+        let urgency = shares.next(index.waiting_levels())?;
         // Non-incremental responses one at a time, lowest stream id first.
         if let Some(&id) = index.sequential[urgency].first() {
             return Some(id);
@@ -657,6 +681,21 @@ mod tests {
         );
         let ids = drain_ids(&mut s, &mut p);
         assert_eq!(ids, vec![5, 5, 7, 7, 1, 3, 1, 3]);
+    }
+
+    /// A long download at `u=3, i` does not starve a `u=4` response (a web font, as
+    /// Chromium asks for it): one frame of it for every sixteen of the download.
+    #[test]
+    fn a_less_urgent_response_is_not_starved_by_a_long_download() {
+        let mut p = priorities(&[(1, "u=3, i"), (3, "u=4")]);
+        let frames = [1; 48]
+            .into_iter()
+            .chain([3; 3])
+            .map(|id| unit(frame::DATA, 0, id, 16_384));
+        let mut s = queued(Ordering::Rfc9218, &mut p, frames);
+        let ids = drain_ids(&mut s, &mut p);
+        let font_at: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == 3).collect();
+        assert_eq!(font_at, [16, 33, 50], "{ids:?}");
     }
 
     #[test]
