@@ -4,27 +4,12 @@
 //! order, the same medians, minimums and maximums, the same paired differences. Then
 //! `alone` and `--explain` on the same link, and `--trace` through the tun link (as root).
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-
-/// The cells of the Markdown table that starts at the line `header` of `report`, one
-/// vector per row (the header and the alignment row left out).
-fn table(report: &str, header: &str) -> Vec<Vec<String>> {
-    let mut lines = report.lines().skip_while(|l| !l.starts_with(header));
-    assert!(lines.next().is_some(), "no table `{header}` in:\n{report}");
-    lines
-        .skip(1)
-        .take_while(|l| l.starts_with('|'))
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|cell| cell.trim().to_string())
-                .collect()
-        })
-        .collect()
-}
 
 /// `median [min, max]` of a spread in the JSON, as the table prints it.
 fn spread(value: &Value, decimals: usize, signed: bool) -> String {
@@ -91,7 +76,7 @@ fn lab_json_agrees_with_its_tables() {
     let (main_part, paired_part) = report
         .split_once("\nPaired differences against stock")
         .unwrap_or_else(|| panic!("no paired differences in:\n{report}"));
-    let rows = table(main_part, "| workload ");
+    let rows = support::markdown_table(main_part, "| workload ");
     let summary = json["summary"].as_array().expect("summary");
     assert_eq!(rows.len(), summary.len(), "{report}");
     assert_eq!(summary.len(), 2);
@@ -138,7 +123,7 @@ fn lab_json_agrees_with_its_tables() {
     }
 
     // The paired table: scheduled minus stock.
-    let rows = table(paired_part, "| workload ");
+    let rows = support::markdown_table(paired_part, "| workload ");
     let pairs = json["paired"].as_array().expect("paired");
     assert_eq!(rows.len(), pairs.len(), "{report}");
     assert_eq!(pairs.len(), 1);
@@ -248,7 +233,7 @@ fn alone_is_the_floor_and_explain_agrees_with_the_json() {
     let (main_part, explain_part) = report
         .split_once("\nWhere the bytes ahead")
         .unwrap_or_else(|| panic!("no explain table in:\n{report}"));
-    let rows = table(main_part, "| workload ");
+    let rows = support::markdown_table(main_part, "| workload ");
     let summary = json["summary"].as_array().expect("summary");
     assert_eq!(rows.len(), 4);
     for (row, s) in rows.iter().zip(summary) {
@@ -267,7 +252,7 @@ fn alone_is_the_floor_and_explain_agrees_with_the_json() {
         }
     }
     // The explain table: one row per cell, the JSON's medians.
-    let rows = table(explain_part, "| workload ");
+    let rows = support::markdown_table(explain_part, "| workload ");
     let explain = json["explain"].as_array().expect("explain");
     assert_eq!(rows.len(), explain.len());
     assert_eq!(explain.len(), 4);

@@ -6,6 +6,8 @@
 //! Needs Debian's `chromium` on `PATH` (`scripts/install-test-tools.sh` installs it): the
 //! test fails without it rather than skipping.
 
+mod support;
+
 use std::process::Command;
 
 use serde_json::Value;
@@ -39,22 +41,6 @@ fn run_lab(args: &[&str]) -> (String, Value) {
         report,
         serde_json::from_str(&json).expect("the JSON parses"),
     )
-}
-
-/// The cells of the rows of the first Markdown table whose header starts with `header`.
-fn table(report: &str, header: &str) -> Vec<Vec<String>> {
-    let mut lines = report.lines().skip_while(|l| !l.starts_with(header));
-    assert!(lines.next().is_some(), "no table `{header}` in:\n{report}");
-    lines
-        .skip(1)
-        .take_while(|l| l.starts_with('|'))
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|cell| cell.trim().to_string())
-                .collect()
-        })
-        .collect()
 }
 
 #[test]
@@ -100,7 +86,7 @@ fn lab_loads_page_app_from_stock_and_scheduled() {
     );
 
     // The page's table: one row per case, its LCP the run's (one repeat: min = max).
-    let rows = table(&report, "| case      | loads |");
+    let rows = support::markdown_table(&report, "| case      | loads |");
     assert_eq!(rows.len(), 2, "{report}");
     for row in rows {
         let run = results

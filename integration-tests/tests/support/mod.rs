@@ -245,3 +245,20 @@ pub fn median<T: PartialOrd + Copy>(values: &mut [T]) -> T {
     values.sort_by(|a, b| a.partial_cmp(b).expect("comparable values"));
     values[values.len() / 2]
 }
+
+/// The cells of the Markdown table that starts at the line beginning with `header` in
+/// `report` (the lab's output), one vector per row, the header and alignment rows left out.
+pub fn markdown_table(report: &str, header: &str) -> Vec<Vec<String>> {
+    let mut lines = report.lines().skip_while(|l| !l.starts_with(header));
+    assert!(lines.next().is_some(), "no table `{header}` in:\n{report}");
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|cell| cell.trim().to_string())
+                .collect()
+        })
+        .collect()
+}

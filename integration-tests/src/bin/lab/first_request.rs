@@ -308,13 +308,9 @@ pub fn render(config: &LabConfig, plan: &FirstRequestPlan, runs: &FirstRequestRu
             );
         }
     }
-    if !config.skipped.is_empty() {
-        let names: Vec<&str> = config.skipped.iter().map(|m| m.kind.name()).collect();
-        let _ = writeln!(
-            out,
-            "\nSkipped, not installed (run scripts/install-peers.sh): {}.",
-            names.join(", ")
-        );
+    if let Some(note) = crate::report::skipped_note(config) {
+        out += "\n";
+        out += &note;
     }
     out
 }

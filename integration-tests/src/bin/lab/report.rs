@@ -185,17 +185,9 @@ fn render_tables(config: &LabConfig, results: &[RunResult], outcomes: &[RunOutco
             failed => format!("{} runs, {failed} did not complete", outcomes.len()),
         }
     );
-    if !config.skipped.is_empty() {
-        let _ = writeln!(
-            out,
-            "Skipped, not installed ({INSTALL_HINT}): {}.\n",
-            config
-                .skipped
-                .iter()
-                .map(|m| m.kind.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+    if let Some(note) = skipped_note(config) {
+        out += &note;
+        out += "\n";
     }
     out += &cell_table(
         &summarize(config, results),
@@ -329,6 +321,18 @@ pub fn to_json(config: &LabConfig, outcomes: &[RunOutcome]) -> serde_json::Value
         "explain": explain(config, &results),
         "failed": failures(config, outcomes),
     })
+}
+
+/// The line naming the peers skipped because they are not installed, if any.
+pub fn skipped_note(config: &LabConfig) -> Option<String> {
+    if config.skipped.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = config.skipped.iter().map(|m| m.kind.name()).collect();
+    Some(format!(
+        "Skipped, not installed ({INSTALL_HINT}): {}.\n",
+        names.join(", ")
+    ))
 }
 
 #[cfg(test)]
