@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::util::MapRequest;
 
 use crate::client::{ClientOptions, TapClient};
+use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::BoxError;
 use retransmits::Retransmits;
 
@@ -52,6 +53,42 @@ impl ServerSetup {
                 .map(|p| (p.name(), ServerSetup::with_policy(p))),
         );
         all
+    }
+}
+
+/// A server under test on loopback, the relay link's upstream: ours in-process or a peer
+/// process; stopped when dropped, or by [`LoopbackServer::stop`], which waits for a peer's
+/// process off the runtime's threads.
+pub(crate) enum LoopbackServer {
+    InProcess(TestServer),
+    Peer(PeerServer),
+}
+
+impl LoopbackServer {
+    /// Starts the peer `kind` with `options` (blocking until its port answers: off the
+    /// runtime's threads).
+    pub(crate) async fn start_peer(
+        kind: PeerKind,
+        options: PeerOptions,
+    ) -> Result<LoopbackServer, BoxError> {
+        let peer = tokio::task::spawn_blocking(move || PeerServer::start_with(kind, &options));
+        Ok(LoopbackServer::Peer(peer.await??))
+    }
+
+    /// Where it listens, and its certificate.
+    pub(crate) fn endpoint(&self) -> (SocketAddr, CertificateDer<'static>) {
+        match self {
+            LoopbackServer::InProcess(s) => (s.addr, s.certificate.clone()),
+            LoopbackServer::Peer(p) => (p.addr(), p.certificate().clone()),
+        }
+    }
+
+    /// Stops it; for a peer, waits for the process to exit.
+    pub(crate) async fn stop(self) -> Result<(), BoxError> {
+        if let LoopbackServer::Peer(peer) = self {
+            tokio::task::spawn_blocking(move || drop(peer)).await?;
+        }
+        Ok(())
     }
 }
 

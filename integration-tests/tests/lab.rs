@@ -6,9 +6,6 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
-
 use serde_json::Value;
 
 /// `median [min, max]` of a spread in the JSON, as the table prints it.
@@ -45,7 +42,7 @@ fn text(value: &Value) -> String {
 #[test]
 fn lab_json_agrees_with_its_tables() {
     let json_path = std::env::temp_dir().join(format!("lab-test-{}.json", std::process::id()));
-    let (report, json) = run_lab(&tiny(&["--workloads", "late"]), &json_path);
+    let (report, json) = support::run_lab(&tiny(&["--workloads", "late"]), &json_path);
 
     // The configuration asked for, and every run.
     let config = &json["config"];
@@ -165,30 +162,6 @@ fn tiny<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     args
 }
 
-/// Runs the lab with `args` plus `--json PATH`; returns the report and the JSON.
-fn run_lab(args: &[&str], json_path: &Path) -> (String, Value) {
-    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(args)
-        .arg("--json")
-        .arg(json_path)
-        .output()
-        .expect("the lab runs");
-    let report = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{}\n{report}\n{stderr}",
-        output.status
-    );
-    let json = std::fs::read_to_string(json_path).expect("the JSON file");
-    std::fs::remove_file(json_path).ok();
-    println!("{report}");
-    (
-        report,
-        serde_json::from_str(&json).expect("the JSON parses"),
-    )
-}
-
 /// A number of KiB as the explain table prints it, `-` for null.
 fn kib(value: &Value) -> String {
     value["median"]
@@ -199,7 +172,7 @@ fn kib(value: &Value) -> String {
 #[test]
 fn alone_is_the_floor_and_explain_agrees_with_the_json() {
     let json_path = std::env::temp_dir().join(format!("lab-alone-{}.json", std::process::id()));
-    let (report, json) = run_lab(
+    let (report, json) = support::run_lab(
         &tiny(&["--workloads", "alone,late", "--explain"]),
         &json_path,
     );
@@ -293,7 +266,7 @@ fn trace_writes_a_packet_timeline_through_the_tun_link() {
     }
     let dir = std::env::temp_dir().join(format!("lab-trace-{}", std::process::id()));
     let json_path = dir.with_extension("json");
-    let (report, json) = run_lab(
+    let (report, json) = support::run_lab(
         &[
             "--link",
             "tun",

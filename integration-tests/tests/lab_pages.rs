@@ -8,55 +8,30 @@
 
 mod support;
 
-use std::process::Command;
-
-use serde_json::Value;
-
 /// The figures every completed run carries as numbers on page-app.
 const APP_FIGURES: [&str; 5] = ["fcp_ms", "lcp_ms", "dcl_ms", "load_ms", "api_ms"];
 
 /// The figures page-app does not have: null in its runs.
 const ARTICLE_ONLY: [&str; 2] = ["css_end_ms", "hero_end_ms"];
 
-/// Runs the lab with `args` plus `--json PATH`; returns the report and the JSON.
-fn run_lab(args: &[&str]) -> (String, Value) {
-    let json_path = std::env::temp_dir().join(format!("lab-pages-{}.json", std::process::id()));
-    let output = Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(args)
-        .arg("--json")
-        .arg(&json_path)
-        .output()
-        .expect("the lab runs");
-    let report = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "{}\n{report}\n{stderr}",
-        output.status
-    );
-    let json = std::fs::read_to_string(&json_path).expect("the JSON file");
-    std::fs::remove_file(&json_path).ok();
-    println!("{report}");
-    (
-        report,
-        serde_json::from_str(&json).expect("the JSON parses"),
-    )
-}
-
 #[test]
 fn lab_loads_page_app_from_stock_and_scheduled() {
-    let (report, json) = run_lab(&[
-        "--workloads",
-        "page-app",
-        "--cases",
-        "stock,scheduled",
-        "--repeats",
-        "1",
-        "--link",
-        "relay",
-        "--seed",
-        "7",
-    ]);
+    let json_path = std::env::temp_dir().join(format!("lab-pages-{}.json", std::process::id()));
+    let (report, json) = support::run_lab(
+        &[
+            "--workloads",
+            "page-app",
+            "--cases",
+            "stock,scheduled",
+            "--repeats",
+            "1",
+            "--link",
+            "relay",
+            "--seed",
+            "7",
+        ],
+        &json_path,
+    );
     let config = &json["config"];
     assert_eq!(config["workloads"], serde_json::json!(["page-app"]));
     assert_eq!(config["cases"], serde_json::json!(["stock", "scheduled"]));

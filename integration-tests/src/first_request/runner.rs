@@ -15,13 +15,14 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::results::{ms, RateTally};
-use super::servers::{start_tun_server, RelayServer};
+use super::servers::{start_relay_server, start_tun_server};
 use super::{
     client_config, one_connection, ClientCase, Connection, ConnectionOutcome, FirstRequestResult,
     FirstRequestServer, RateResult, CONNECTION_TIMEOUT,
 };
 use crate::client::Trust;
 use crate::link::{LinkConfig, RelayLink};
+use crate::server::LoopbackServer;
 use crate::tun::{self, PacketEvent, Side, TunConfig, TunLink};
 use crate::workload::{on_client_thread, TunServer};
 use crate::BoxError;
@@ -60,7 +61,7 @@ impl RunLink<'_> {
 enum Stage {
     /// The server on loopback, the relay in front of it.
     Relay {
-        server: RelayServer,
+        server: LoopbackServer,
         link: RelayLink,
     },
     /// The server in the tun link's server namespace (the link boxed: it is the largest
@@ -97,7 +98,7 @@ impl Stage {
         config: &LinkConfig,
         label: &str,
     ) -> Result<Stage, BoxError> {
-        let server = RelayServer::start(server)
+        let server = start_relay_server(server)
             .await
             .map_err(|e| format!("{label}: starting the server: {e}"))?;
         let (upstream, _) = server.endpoint();
@@ -130,8 +131,11 @@ impl Stage {
     /// and how it trusts the server.
     fn client_endpoint(&self) -> (SocketAddr, Trust) {
         match self {
-            Stage::Relay { server, link } => (link.addr(), server.endpoint().1),
-            Stage::Tun { server, .. } => server.endpoint(),
+            Stage::Relay { server, link } => (link.addr(), Trust::Certificate(server.endpoint().1)),
+            Stage::Tun { server, .. } => {
+                let (addr, certificate) = server.endpoint();
+                (addr, Trust::Certificate(certificate))
+            }
         }
     }
 

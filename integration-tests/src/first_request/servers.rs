@@ -1,5 +1,5 @@
 //! Starting and stopping the server of a first-request run: `ours` in-process, or a peer
-//! process, on loopback behind the relay link ([`RelayServer`]) or in the tun link's
+//! process, on loopback behind the relay link ([`start_relay_server`]) or in the tun link's
 //! server namespace ([`start_tun_server`]).
 //!
 //! Invariant: a fresh server for every run, so that no run resumes a session of another;
@@ -9,9 +9,8 @@
 use std::net::SocketAddr;
 
 use super::FirstRequestServer;
-use crate::client::Trust;
-use crate::peers::PeerServer;
-use crate::server::{ServerSetup, TestServer};
+use crate::peers::PeerOptions;
+use crate::server::{LoopbackServer, ServerSetup, TestServer};
 use crate::tun::TunLink;
 use crate::workload::TunServer;
 use crate::BoxError;
@@ -37,42 +36,17 @@ pub async fn start_ours(addr: SocketAddr) -> Result<TestServer, BoxError> {
     TestServer::start_with_tls(setup, examples::axum_app::router(), addr, certificate, tls).await
 }
 
-/// The server of a relay run: in-process or a peer process; stopped when dropped.
-pub(super) enum RelayServer {
-    InProcess(TestServer),
-    Peer(PeerServer),
-}
-
-impl RelayServer {
-    /// Starts `server` on loopback, on a free port.
-    pub(super) async fn start(server: FirstRequestServer) -> Result<RelayServer, BoxError> {
-        match server {
-            FirstRequestServer::Ours => Ok(RelayServer::InProcess(
-                start_ours(SocketAddr::from(([127, 0, 0, 1], 0))).await?,
-            )),
-            FirstRequestServer::Peer(kind) => {
-                // Starting waits for the child's port (blocking): off the runtime's threads.
-                let peer = tokio::task::spawn_blocking(move || PeerServer::start(kind)).await??;
-                Ok(RelayServer::Peer(peer))
-            }
+/// Starts `server` on loopback, on a free port (the relay link's upstream).
+pub(super) async fn start_relay_server(
+    server: FirstRequestServer,
+) -> Result<LoopbackServer, BoxError> {
+    match server {
+        FirstRequestServer::Ours => Ok(LoopbackServer::InProcess(
+            start_ours(SocketAddr::from(([127, 0, 0, 1], 0))).await?,
+        )),
+        FirstRequestServer::Peer(kind) => {
+            LoopbackServer::start_peer(kind, PeerOptions::default()).await
         }
-    }
-
-    /// Where it listens, and how a client trusts it.
-    pub(super) fn endpoint(&self) -> (SocketAddr, Trust) {
-        match self {
-            RelayServer::InProcess(s) => (s.addr, Trust::Certificate(s.certificate.clone())),
-            RelayServer::Peer(p) => (p.addr(), Trust::Certificate(p.certificate().clone())),
-        }
-    }
-
-    /// Stops it; for a peer, waits for the process to exit.
-    pub(super) async fn stop(self) -> Result<(), BoxError> {
-        if let RelayServer::Peer(peer) = self {
-            // Stopping waits for the process to exit (blocking).
-            tokio::task::spawn_blocking(move || drop(peer)).await?;
-        }
-        Ok(())
     }
 }
 

@@ -20,14 +20,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::CertificateDer;
-
 use super::load::{load_page, LoadOptions};
 use super::report::PageLoad;
 use super::site::{Page, Site};
 use crate::link::{LinkConfig, RelayLink};
-use crate::peers::{PeerOptions, PeerServer};
-use crate::server::TestServer;
+use crate::peers::PeerOptions;
+use crate::server::LoopbackServer;
 use crate::site_server::start_site_server;
 use crate::tun::{self, CrossTraffic, Side, TunConfig, TunLink};
 use crate::workload::{link_drops, start_cross, Case, TunServer};
@@ -92,7 +90,7 @@ pub async fn run_page_relay(
 ) -> Result<PageLoad, BoxError> {
     let label = format!("{case}/{page}");
     refuse_external(case, &label)?;
-    let server = LoopbackServer::start(case, site)
+    let server = start_loopback_server(case, site)
         .await
         .map_err(|e| format!("{label}: starting the server: {e}"))?;
     let (upstream, certificate) = server.endpoint();
@@ -185,50 +183,21 @@ async fn load_blocking(
         .map_err(|e| format!("the page load's task: {e}"))?
 }
 
-/// The server of a run behind the relay link, on 127.0.0.1.
-enum LoopbackServer {
-    Ours(TestServer),
-    Peer(PeerServer),
-}
-
-impl LoopbackServer {
-    /// Starts the server of `case` serving `site` on 127.0.0.1 and a free port.
-    async fn start(case: &Case, site: &Site) -> Result<LoopbackServer, BoxError> {
-        let any_port = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
-        match (case.setup(), case.peer()) {
-            (Some(setup), _) => Ok(LoopbackServer::Ours(
-                start_site_server(setup, &site.dir, any_port).await?,
-            )),
-            (None, Some(kind)) => {
-                let options = PeerOptions {
-                    site: Some(site.dir.clone()),
-                    ..PeerOptions::default()
-                };
-                // Starting waits for the child's port (blocking): off the runtime's threads.
-                let peer = tun::blocking(move || PeerServer::start_with(kind, &options));
-                Ok(LoopbackServer::Peer(peer.await??))
-            }
-            (None, None) => Err(format!("`{case}` starts no server").into()),
+/// Starts the server of `case` serving `site` on 127.0.0.1 and a free port.
+async fn start_loopback_server(case: &Case, site: &Site) -> Result<LoopbackServer, BoxError> {
+    let any_port = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+    match (case.setup(), case.peer()) {
+        (Some(setup), _) => Ok(LoopbackServer::InProcess(
+            start_site_server(setup, &site.dir, any_port).await?,
+        )),
+        (None, Some(kind)) => {
+            let options = PeerOptions {
+                site: Some(site.dir.clone()),
+                ..PeerOptions::default()
+            };
+            LoopbackServer::start_peer(kind, options).await
         }
-    }
-
-    /// Where it listens, and its certificate.
-    fn endpoint(&self) -> (SocketAddr, CertificateDer<'static>) {
-        match self {
-            LoopbackServer::Ours(server) => (server.addr, server.certificate.clone()),
-            LoopbackServer::Peer(peer) => (peer.addr(), peer.certificate().clone()),
-        }
-    }
-
-    /// Stops it; a peer's stop waits for its process (blocking): off the runtime's threads.
-    async fn stop(self) -> Result<(), BoxError> {
-        match self {
-            LoopbackServer::Ours(server) => {
-                drop(server);
-                Ok(())
-            }
-            LoopbackServer::Peer(peer) => tun::blocking(move || drop(peer)).await,
-        }
+        (None, None) => Err(format!("`{case}` starts no server").into()),
     }
 }
 
@@ -276,7 +245,7 @@ impl TunSetup {
 
     /// Loads `page` in Chromium in the client namespace, trusting the server's certificate.
     async fn load(&self, page: Page, timeout: Duration) -> Result<TunMeasured, BoxError> {
-        let (addr, certificate) = tun_endpoint(&self.server);
+        let (addr, certificate) = self.server.endpoint();
         let options = LoadOptions {
             namespace: Some(self.link.namespace(Side::Client).to_owned()),
             timeout,
@@ -330,16 +299,6 @@ async fn start_tun_server(link: &TunLink, case: &Case, site: &Site) -> Result<Tu
         }
         (None, Some(kind)) => TunServer::start_peer(link, kind, Some(dir)).await,
         (None, None) => Err(format!("`{case}` starts no server").into()),
-    }
-}
-
-/// Where the client namespace reaches the server, and its certificate.
-fn tun_endpoint(server: &TunServer) -> (SocketAddr, CertificateDer<'static>) {
-    match server {
-        TunServer::InProcess {
-            addr, certificate, ..
-        } => (*addr, certificate.clone()),
-        TunServer::Peer(peer) => (peer.addr(), peer.certificate().clone()),
     }
 }
 

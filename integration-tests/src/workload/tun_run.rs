@@ -93,7 +93,8 @@ pub async fn run_tun_traced(
             return Err(format!("{label}: cross traffic: {e}").into());
         }
     };
-    let (addr, trust) = server.endpoint();
+    let (addr, certificate) = server.endpoint();
+    let trust = Trust::Certificate(certificate);
     let server_stats = match &server {
         TunServer::InProcess { stats, .. } => Some(stats.clone()),
         TunServer::Peer(_) => None,
@@ -283,13 +284,13 @@ impl TunServer {
         }
     }
 
-    /// Where the client reaches it, and how it trusts it.
-    pub(crate) fn endpoint(&self) -> (SocketAddr, Trust) {
+    /// Where the client reaches it, and its certificate.
+    pub(crate) fn endpoint(&self) -> (SocketAddr, rustls::pki_types::CertificateDer<'static>) {
         match self {
             TunServer::InProcess {
                 addr, certificate, ..
-            } => (*addr, Trust::Certificate(certificate.clone())),
-            TunServer::Peer(peer) => (peer.addr(), Trust::Certificate(peer.certificate().clone())),
+            } => (*addr, certificate.clone()),
+            TunServer::Peer(peer) => (peer.addr(), peer.certificate().clone()),
         }
     }
 

@@ -262,3 +262,27 @@ pub fn markdown_table(report: &str, header: &str) -> Vec<Vec<String>> {
         })
         .collect()
 }
+
+/// Runs the lab with `args` plus `--json PATH`; returns the report and the JSON.
+pub fn run_lab(args: &[&str], json_path: &std::path::Path) -> (String, serde_json::Value) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(args)
+        .arg("--json")
+        .arg(json_path)
+        .output()
+        .expect("the lab runs");
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{}\n{report}\n{stderr}",
+        output.status
+    );
+    let json = std::fs::read_to_string(json_path).expect("the JSON file");
+    std::fs::remove_file(json_path).ok();
+    println!("{report}");
+    (
+        report,
+        serde_json::from_str(&json).expect("the JSON parses"),
+    )
+}
