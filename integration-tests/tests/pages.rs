@@ -1,13 +1,14 @@
 //! The browser lab's pages in headless Chromium, from our server stock and wrapped
 //! (`scheduled`), on loopback: each page loads completely (every file of the site it
-//! should fetch arrives whole, over HTTP/2, with no error, with paint timings), the
-//! article's hero image is its Largest Contentful Paint, page-busy's article shares the
-//! download's connection, and the `priority` header the driver reports for each request
-//! (from the DevTools protocol) is the one the server received.
+//! should fetch arrives whole, over HTTP/2, with no error, with paint timings where the
+//! page measures them), the article's hero image is its Largest Contentful Paint,
+//! page-busy's article shares the download's connection, page-demo times its critical
+//! answer and its background's end, and the `priority` header the driver reports for each
+//! request (from the DevTools protocol) is the one the server received.
 //!
 //! The report goes to stderr (it shows in `cargo test` output even when the test passes):
 //! the `priority` request headers Chromium sent per resource (once), and each load's FCP,
-//! LCP, DOMContentLoaded, load and API times.
+//! LCP, DOMContentLoaded, load, API times and page-demo's background end.
 //!
 //! Needs Debian's `chromium` on `PATH` (`scripts/install-test-tools.sh` installs it): the
 //! test fails without it rather than skipping.
@@ -120,7 +121,7 @@ async fn load(server: &TestServer, page: Page) -> PageLoad {
 fn figures(setup: &str, load: &PageLoad) -> String {
     let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.0}"));
     format!(
-        "  {setup:<9} {:<12} fcp {:>5} lcp {:>5} ({}) dcl {:>5.0} load {:>5.0} css {:>5} hero {:>5} api {:>5} shared-connection {:?}\n",
+        "  {setup:<9} {:<12} fcp {:>5} lcp {:>5} ({}) dcl {:>5.0} load {:>5.0} css {:>5} hero {:>5} api {:>5} bulk-end {:>5} shared-connection {:?}\n",
         load.page.name(),
         ms(load.fcp_ms),
         ms(load.lcp_ms),
@@ -130,6 +131,7 @@ fn figures(setup: &str, load: &PageLoad) -> String {
         ms(load.css_end_ms),
         ms(load.hero_end_ms),
         ms(load.api_ms),
+        ms(load.bulk_end_ms),
         load.shared_connection,
     )
 }
@@ -179,11 +181,21 @@ async fn chromium_loads_every_page_from_stock_and_scheduled() {
             }
             load.check(&site.site)
                 .unwrap_or_else(|problems| panic!("{name} {problems}\n{report}{headers}"));
-            if page != Page::App {
+            if matches!(page, Page::Article | Page::Busy) {
                 assert_eq!(
                     load.lcp_path.as_deref(),
                     Some("/article/hero.png"),
                     "{name} {page}: the hero is not the LCP element"
+                );
+            }
+            if page == Page::Demo {
+                // One critical answer timed, the background's end, no paint timings.
+                assert_eq!(load.api_answers_ms.len(), 1, "{name} {page}");
+                let bulk_end = load.bulk_end_ms.unwrap_or_default();
+                assert!(bulk_end > 0.0, "{name} {page}: bulk end {bulk_end}");
+                assert!(
+                    load.fcp_ms.is_none() && load.lcp_ms.is_none(),
+                    "{name} {page}"
                 );
             }
             assert_headers_reached_the_server(name, &load, &received);

@@ -3,7 +3,8 @@
 //!
 //! Everything is a pure function of its arguments (a [`Prng`] seeded from the file's
 //! path), so every call produces the same bytes. Lengths land within one generated unit (a
-//! paragraph, a rule, a number) of the target, which the site's tests bound.
+//! paragraph, a rule, a number) of the target, which the site's tests bound, except
+//! [`api_answer_of_len`]'s, which are exact.
 
 use std::fmt::Write as _;
 
@@ -201,14 +202,39 @@ pub(crate) fn api_answer(rng: &mut Prng, id: usize, target: usize) -> String {
     let mut items = Vec::new();
     let mut answer = serde_json::json!({ "id": id, "items": [] }).to_string();
     while answer.len() < target {
-        items.push(serde_json::json!({
-            "id": format!("item-{id}-{}", items.len()),
-            "title": title(rng, 3),
-            "score": rng.below(10_000),
-        }));
+        items.push(api_item(rng, id, items.len()));
         answer = serde_json::json!({ "id": id, "items": items }).to_string();
     }
     answer
+}
+
+/// An API answer of exactly `len` bytes: [`api_answer`]'s object with the items that fit,
+/// and a `pad` string of spaces that makes up the rest. `len` must be at least that of the
+/// object with no item and an empty `pad` (28 bytes for a one-digit `id`:
+/// `{"id":1,"items":[],"pad":""}`); a shorter `len` gets that object.
+pub(crate) fn api_answer_of_len(rng: &mut Prng, id: usize, len: usize) -> String {
+    let padded = |items: &[serde_json::Value], pad: usize| {
+        serde_json::json!({ "id": id, "items": items, "pad": " ".repeat(pad) }).to_string()
+    };
+    let mut items = Vec::new();
+    loop {
+        items.push(api_item(rng, id, items.len()));
+        if padded(&items, 0).len() > len {
+            items.pop();
+            break;
+        }
+    }
+    let unpadded = padded(&items, 0).len();
+    padded(&items, len.saturating_sub(unpadded))
+}
+
+/// The `n`th item of API answer `id`.
+fn api_item(rng: &mut Prng, id: usize, n: usize) -> serde_json::Value {
+    serde_json::json!({
+        "id": format!("item-{id}-{n}"),
+        "title": title(rng, 3),
+        "score": rng.below(10_000),
+    })
 }
 
 #[cfg(test)]
@@ -242,6 +268,20 @@ mod tests {
             "{}",
             answer.len()
         );
+    }
+
+    #[test]
+    fn exact_api_answers_are_json_of_exactly_their_length() {
+        // 28: `{"id":1,"items":[],"pad":""}`, the shortest.
+        for len in [28, 100, 4096] {
+            let answer = api_answer_of_len(&mut Prng::seeded("exact"), 1, len);
+            assert_eq!(answer.len(), len, "{answer}");
+            let value: serde_json::Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(value["id"], 1);
+        }
+        let answer = api_answer_of_len(&mut Prng::seeded("exact"), 1, 4096);
+        let value: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        assert!(value["items"].as_array().unwrap().len() > 30, "{answer}");
     }
 
     #[test]

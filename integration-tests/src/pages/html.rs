@@ -27,6 +27,12 @@ pub(crate) const APP_SCRIPT: &str = "/app/app.js";
 /// page-busy's document and the download it starts.
 pub(crate) const BUSY_ENTRY: &str = "/busy/index.html";
 pub(crate) const BUSY_DOWNLOAD: &str = "/busy/big.bin";
+/// page-demo's document, its two background downloads (started first, in this order) and
+/// its critical answer: the example server's demo page's `/`, `/bg/one`, `/bg/two` and
+/// `/critical` (`examples::responses::INDEX_HTML`), as static files.
+pub(crate) const DEMO_ENTRY: &str = "/demo/index.html";
+pub(crate) const DEMO_BULK: [&str; 2] = ["/demo/bg-one.bin", "/demo/bg-two.bin"];
+pub(crate) const DEMO_CRITICAL: &str = "/demo/critical.json";
 
 /// Stated sizes of the text resources: the article's HTML about 30 KiB, its stylesheet
 /// 40 KiB, each of its two async scripts 300 KiB; the app's HTML about 5 KiB and its
@@ -51,10 +57,15 @@ const LEAD_PARAGRAPHS: usize = 10;
 const PARAGRAPHS_PER_FIGURE: usize = 3;
 
 /// The `RequestInit` of the pages' bulk downloads (the article's video, page-busy's
-/// download): `priority: "low"` (Fetch Priority API, Chromium 101+), as a site owner marks
-/// a download that must not compete with what renders the page. The browser turns it into
-/// its request priority and the `priority` header's urgency.
+/// download, page-demo's two background downloads): `priority: "low"` (Fetch Priority API,
+/// Chromium 101+), as a site owner marks a download that must not compete with what
+/// renders the page. The browser turns it into its request priority and the `priority`
+/// header's urgency.
 const BULK_FETCH_INIT: &str = r#"{priority: "low"}"#;
+
+/// The `RequestInit` of page-demo's critical answer: `priority: "high"`, as the example
+/// server's demo page fetches `/critical` (`examples::responses::INDEX_HTML`).
+const CRITICAL_FETCH_INIT: &str = r#"{priority: "high"}"#;
 
 /// The measurement script, inlined in every document ([`inline_instrument`]).
 const INSTRUMENT_JS: &str = include_str!("instrument.js");
@@ -85,8 +96,12 @@ struct LabConfig<'a> {
     css: Option<&'a str>,
     hero: Option<&'a str>,
     api: Vec<String>,
+    /// Background downloads the page fetches itself whose end is measured (the later
+    /// `responseEnd` of them, `bulk_end_ms`); none: no such figure.
+    bulk: Vec<&'a str>,
     /// Whether First and Largest Contentful Paint are expected (not for page-busy's first
-    /// tab, which goes to the background when the measured tab opens).
+    /// tab, which goes to the background when the measured tab opens, nor for page-demo,
+    /// measured by its responses).
     paints: bool,
 }
 
@@ -96,6 +111,7 @@ fn document_head(page_title: &str, config: &LabConfig<'_>, head: &str) -> String
         "css": config.css,
         "hero": config.hero,
         "api": config.api,
+        "bulk": config.bulk,
         "paints": config.paints,
     });
     // `<link rel="icon" href="data:,">`: no `/favicon.ico` request outside the site.
@@ -154,6 +170,7 @@ pub(crate) fn article_document() -> String {
         css: Some(ARTICLE_CSS),
         hero: Some(ARTICLE_HERO),
         api: Vec::new(),
+        bulk: Vec::new(),
         paints: true,
     };
     // The video fetch comes before the stylesheet link: an inline script after a
@@ -227,6 +244,7 @@ pub(crate) fn app_document() -> String {
         css: None,
         hero: None,
         api: api_paths(),
+        bulk: Vec::new(),
         paints: true,
     };
     let head = format!(
@@ -293,6 +311,7 @@ pub(crate) fn busy_document() -> String {
         css: None,
         hero: None,
         api: Vec::new(),
+        bulk: Vec::new(),
         paints: false,
     };
     let mut html = document_head("Lab download", &config, "");
@@ -300,6 +319,42 @@ pub(crate) fn busy_document() -> String {
         "<body>\n<h1>Downloading</h1>\n<p>A large download shares this origin's connection.</p>\n\
          <script>\nwindow.__labPage.fetch(\"{BUSY_DOWNLOAD}\", {BULK_FETCH_INIT});\n</script>\n\
          </body>\n</html>\n"
+    ));
+    html
+}
+
+/// page-demo's document: the example server's demo page (`examples::responses::INDEX_HTML`)
+/// on the lab's instrumentation. Its script starts, without waiting for any, the two
+/// background downloads ([`BULK_FETCH_INIT`]) and then the critical answer
+/// ([`CRITICAL_FETCH_INIT`]), reads each to its end (the instrumentation hashes it) and
+/// lists it; the critical answer is timed as an API answer, the downloads' end as
+/// `bulk_end_ms`. No paint timings: the page is measured by its responses.
+pub(crate) fn demo_document() -> String {
+    let config = LabConfig {
+        css: None,
+        hero: None,
+        api: vec![DEMO_CRITICAL.to_owned()],
+        bulk: DEMO_BULK.to_vec(),
+        paints: false,
+    };
+    let [one, two] = DEMO_BULK;
+    let mut html = document_head("RFC 9218 priorities demo", &config, "");
+    html.push_str(&format!(
+        "<body>\n<h1>RFC 9218 priorities demo</h1>\n\
+         <p>This page loads one critical 4 KiB resource and two 1 MiB background resources \
+         over the same connection.</p>\n<ul id=\"results\"></ul>\n<script>\n\
+         var lab = window.__labPage;\n\
+         var results = document.getElementById(\"results\");\n\
+         function load(path, init) {{\n\
+         return lab.fetch(path, init).then(function (bytes) {{\n\
+         if (!bytes) return;\n\
+         var item = document.createElement(\"li\");\n\
+         item.textContent = path + \": \" + bytes.length + \" bytes in \" + Math.round(performance.now()) + \" ms\";\n\
+         results.appendChild(item);\n}});\n}}\n\
+         load(\"{one}\", {BULK_FETCH_INIT});\n\
+         load(\"{two}\", {BULK_FETCH_INIT});\n\
+         load(\"{DEMO_CRITICAL}\", {CRITICAL_FETCH_INIT});\n\
+         </script>\n</body>\n</html>\n"
     ));
     html
 }
@@ -326,5 +381,28 @@ mod tests {
         assert!(article_stylesheet().contains(ARTICLE_FONT));
         assert!(app_document().contains(APP_SCRIPT));
         assert!(busy_document().contains(BUSY_DOWNLOAD));
+    }
+
+    #[test]
+    fn demo_starts_the_background_then_the_critical_answer() {
+        let demo = demo_document();
+        let [one, two] = DEMO_BULK;
+        let starts = [
+            format!("load(\"{one}\", {BULK_FETCH_INIT});"),
+            format!("load(\"{two}\", {BULK_FETCH_INIT});"),
+            format!("load(\"{DEMO_CRITICAL}\", {CRITICAL_FETCH_INIT});"),
+        ];
+        let at: Vec<usize> = starts
+            .iter()
+            .map(|start| {
+                demo.find(start.as_str())
+                    .unwrap_or_else(|| panic!("{start}"))
+            })
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}");
+        // The critical answer is timed as an API answer; the downloads' end as bulk.
+        assert!(demo.contains(r#""api":["/demo/critical.json"]"#), "{demo}");
+        assert!(demo.contains(r#""bulk":["/demo/bg-one.bin","/demo/bg-two.bin"]"#));
+        assert!(demo.contains(r#""paints":false"#));
     }
 }

@@ -1,6 +1,7 @@
 // The lab's in-page measurement, inlined at the top of every lab page's <head>, right
-// after `window.__labConfig = {css, hero, api, paints}` (the page's stylesheet and hero
-// image paths or null, its API answers' paths, and whether it measures paint timings).
+// after `window.__labConfig = {css, hero, api, bulk, paints}` (the page's stylesheet and
+// hero image paths or null, its API answers' paths, the paths of the background downloads
+// whose end it measures, and whether it measures paint timings).
 //
 // Invariants:
 // - `window.__lab` is `{done: false}` from the first script on, and is replaced exactly
@@ -170,6 +171,27 @@
     return times;
   }
 
+  // The later responseEnd of the background downloads (`config.bulk`); null without any.
+  function bulkEnd() {
+    const ends = (config.bulk || []).map(responseEnd);
+    if (ends.length === 0 || ends.includes(null)) return null;
+    return Math.max(...ends);
+  }
+
+  // Every resource's first load as Resource Timing saw it, in start order: where the time
+  // of a slow load went (queued in the browser, waiting for the first byte, or receiving).
+  function timings() {
+    const seen = new Set();
+    const out = [];
+    for (const entry of performance.getEntriesByType('resource')) {
+      const path = pathOf(entry.name);
+      if (seen.has(path)) continue;
+      seen.add(path);
+      out.push({path, start_ms: entry.startTime, request_ms: entry.requestStart, first_byte_ms: entry.responseStart, end_ms: entry.responseEnd});
+    }
+    return out;
+  }
+
   const loaded = new Promise((resolve) => {
     // After the load event's handlers, so that loadEventEnd is set too.
     window.addEventListener('load', () => setTimeout(resolve, 0));
@@ -202,6 +224,8 @@
       css_end_ms: responseEnd(config.css),
       hero_end_ms: responseEnd(config.hero),
       api_ms: apiTimes(),
+      bulk_end_ms: bulkEnd(),
+      timings: timings(),
     };
     const reread = await Promise.all(elementPaths().map(rereadFromCache));
     const own = fetched.map((resource) => ({...resource, protocol: protocolOf(resource.path)}));

@@ -118,7 +118,7 @@ async fn measure_in(
     };
     match page {
         Page::Busy => session.measure_busy().await,
-        Page::Article | Page::App => session.measure(page).await,
+        Page::Article | Page::App | Page::Demo => session.measure(page).await,
     }
 }
 
@@ -131,7 +131,7 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
-    /// page-article and page-app: one tab.
+    /// page-article, page-app and page-demo: one tab.
     async fn measure(&self, page: Page) -> Result<PageLoad, BoxError> {
         let tab = self.open_tab().await?;
         self.navigate(&tab, page.measured()).await?;

@@ -7,8 +7,11 @@
 //! directory: page-article (text, a render-blocking stylesheet, a web font, a hero image
 //! that is the LCP element, images below the fold, async scripts, and a bulk video fetch
 //! sharing the connection), page-app (a large script, large images, and small API answers
-//! that are the critical responses), and page-busy (the article loaded while the same
-//! HTTP/2 connection carries a 20 MiB download started by another tab).
+//! that are the critical responses), page-busy (the article loaded while the same
+//! HTTP/2 connection carries a 20 MiB download started by another tab), and page-demo (the
+//! example server's demo page: two 1 MiB background downloads and one 4 KiB critical
+//! answer fetched at once; measured by the critical answer's time and the background's
+//! end, without paint timings).
 //!
 //! A load measures one cold page view: a new browser with an empty profile (no cache, no
 //! connection), the page's document navigated to, and the in-page instrumentation
@@ -36,6 +39,6 @@ mod site;
 
 pub use chromium::{chromium_version, CHROMIUM};
 pub use load::{load_page, LoadOptions};
-pub use report::{LoadedResource, PageLoad, RequestSeen, H2};
+pub use report::{LoadedResource, PageLoad, RequestSeen, ResourceTiming, H2};
 pub use runner::{page_timeout, run_page_relay, run_page_tun, PageRun};
 pub use site::{generate_site, Page, Site, SiteFile, BUSY_HEAD_START};

@@ -52,6 +52,22 @@ pub struct RequestSeen {
     pub failure: Option<String>,
 }
 
+/// One resource's first load as the page's Resource Timing saw it (milliseconds from the
+/// navigation's start): where a slow load's time went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResourceTiming {
+    /// URL path.
+    pub path: String,
+    /// `startTime`: when the page asked for it.
+    pub start_ms: f64,
+    /// `requestStart`: when the request was sent (after queueing in the browser).
+    pub request_ms: f64,
+    /// `responseStart`: its first response byte.
+    pub first_byte_ms: f64,
+    /// `responseEnd`: its last byte.
+    pub end_ms: f64,
+}
+
 /// The report the instrumentation publishes as `window.__lab` (see `instrument.js`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct LabReport {
@@ -65,6 +81,10 @@ pub(crate) struct LabReport {
     pub(crate) hero_end_ms: Option<f64>,
     #[serde(default)]
     pub(crate) api_ms: Vec<f64>,
+    #[serde(default)]
+    pub(crate) bulk_end_ms: Option<f64>,
+    #[serde(default)]
+    pub(crate) timings: Vec<ResourceTiming>,
     #[serde(default)]
     pub(crate) resources: Vec<LoadedResource>,
     #[serde(default)]
@@ -96,6 +116,11 @@ pub struct PageLoad {
     pub api_ms: Option<f64>,
     /// The same per API answer, in fetch order.
     pub api_answers_ms: Vec<f64>,
+    /// The later `responseEnd` of the background downloads whose end the page measures
+    /// (page-demo's two); `None` on the other pages.
+    pub bulk_end_ms: Option<f64>,
+    /// The measured document's resources' Resource Timing, in start order.
+    pub timings: Vec<ResourceTiming>,
     /// Every resource received, with its length and hash (page-busy: both tabs').
     pub resources: Vec<LoadedResource>,
     /// Every request Chromium reported (page-busy: both tabs'), in issue order.
@@ -137,6 +162,8 @@ impl PageLoad {
             hero_end_ms: report.hero_end_ms,
             api_ms: median(&report.api_ms),
             api_answers_ms: report.api_ms,
+            bulk_end_ms: report.bulk_end_ms,
+            timings: report.timings,
             resources: report.resources,
             requests,
             shared_connection: None,
@@ -172,12 +199,17 @@ impl PageLoad {
     }
 
     /// Checks that the load fetched every file of `page` from `site` whole (length and
-    /// SHA-256 as in the manifest) over HTTP/2, with no error and with paint timings, and
-    /// for page-busy over the download's connection; the problems, one a line, otherwise.
+    /// SHA-256 as in the manifest) over HTTP/2, with no error and with paint timings (on
+    /// the pages that measure them, [`Page::measures_paints`]), for page-busy over the
+    /// download's connection, and for page-demo with the critical answer's time and the
+    /// background's end; the problems, one a line, otherwise.
     pub fn check(&self, site: &Site) -> Result<(), String> {
         let mut problems: Vec<String> = self.errors.iter().map(|e| format!("error: {e}")).collect();
-        if self.fcp_ms.is_none() || self.lcp_ms.is_none() {
+        if self.page.measures_paints() && (self.fcp_ms.is_none() || self.lcp_ms.is_none()) {
             problems.push("no FCP or LCP".to_owned());
+        }
+        if self.page == Page::Demo && (self.api_ms.is_none() || self.bulk_end_ms.is_none()) {
+            problems.push("no critical answer time or background end".to_owned());
         }
         for file in site.files_of(self.page) {
             problems.extend(self.file_problem(&file.path, file.len, &file.sha256));

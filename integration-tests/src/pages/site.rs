@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::content::{api_answer, Prng};
+use super::content::{api_answer, api_answer_of_len, Prng};
 use super::html;
 use super::png;
 
@@ -39,6 +39,14 @@ const VIDEO_LEN: usize = 4 * MIB;
 /// page-app's API answers: ten of about 2 KiB each.
 pub(crate) const API_ANSWER_LEN: usize = 2 * KIB;
 pub(crate) const API_ANSWERS: usize = 10;
+
+/// page-demo's critical answer: 4 KiB, exactly the example server's critical resource
+/// (`examples::responses::CRITICAL_LEN`, `GET /critical` of its demo page).
+const DEMO_CRITICAL_LEN: usize = examples::responses::CRITICAL_LEN as usize;
+
+/// page-demo's two background downloads: 1 MiB each, exactly the example server's
+/// (`examples::responses::BG_LEN`, `GET /bg/{name}` of its demo page).
+const DEMO_BULK_LEN: usize = examples::responses::BG_LEN as usize;
 
 /// page-busy's download on the shared connection: 20 MiB.
 const BUSY_DOWNLOAD_LEN: usize = 20 * MIB;
@@ -73,11 +81,17 @@ pub enum Page {
     /// The article loaded in a second tab while the same HTTP/2 connection carries a 20 MiB
     /// download that `/busy/index.html` started in the first tab.
     Busy,
+    /// The example server's demo page (`examples::responses::INDEX_HTML`): a small document
+    /// whose script starts two 1 MiB background downloads (`priority: "low"`), then one
+    /// 4 KiB JSON answer (`priority: "high"`, the critical response), all at once on one
+    /// connection. No paint timings: what it measures is the critical answer's time and
+    /// the background's end.
+    Demo,
 }
 
 impl Page {
     /// Every page, in the order they are documented.
-    pub const ALL: [Page; 3] = [Page::Article, Page::App, Page::Busy];
+    pub const ALL: [Page; 4] = [Page::Article, Page::App, Page::Busy, Page::Demo];
 
     /// The page's name on command lines and in reports (`page-article`, ...).
     pub fn name(self) -> &'static str {
@@ -85,6 +99,7 @@ impl Page {
             Page::Article => "page-article",
             Page::App => "page-app",
             Page::Busy => "page-busy",
+            Page::Demo => "page-demo",
         }
     }
 
@@ -100,6 +115,7 @@ impl Page {
             Page::Article => html::ARTICLE_ENTRY,
             Page::App => html::APP_ENTRY,
             Page::Busy => html::BUSY_ENTRY,
+            Page::Demo => html::DEMO_ENTRY,
         }
     }
 
@@ -108,7 +124,14 @@ impl Page {
         match self {
             Page::Article | Page::Busy => html::ARTICLE_ENTRY,
             Page::App => html::APP_ENTRY,
+            Page::Demo => html::DEMO_ENTRY,
         }
+    }
+
+    /// Whether a load of the page measures First and Largest Contentful Paint (required by
+    /// [`PageLoad::check`](super::PageLoad::check)): every page but page-demo.
+    pub fn measures_paints(self) -> bool {
+        self != Page::Demo
     }
 
     /// The site directories (URL path prefixes) whose files a load of the page fetches.
@@ -117,6 +140,7 @@ impl Page {
             Page::Article => &["/article/"],
             Page::App => &["/app/"],
             Page::Busy => &["/busy/", "/article/"],
+            Page::Demo => &["/demo/"],
         }
     }
 }
@@ -174,7 +198,8 @@ pub fn generate_site(dir: &Path) -> io::Result<Site> {
     make_dir(dir)?;
     let mut files = Vec::new();
     // One page's bytes in memory at a time (page-busy's are 20 MiB).
-    let pages: [fn() -> io::Result<Vec<GeneratedFile>>; 3] = [article_files, app_files, busy_files];
+    let pages: [fn() -> io::Result<Vec<GeneratedFile>>; Page::ALL.len()] =
+        [article_files, app_files, busy_files, demo_files];
     for page_files in pages {
         for (path, bytes) in page_files()? {
             files.push(write_file(dir, &path, &bytes)?);
@@ -235,6 +260,16 @@ fn busy_files() -> io::Result<Vec<GeneratedFile>> {
             opaque_bytes(html::BUSY_DOWNLOAD, BUSY_DOWNLOAD_LEN),
         ),
     ])
+}
+
+fn demo_files() -> io::Result<Vec<GeneratedFile>> {
+    let mut files = vec![text_file(html::DEMO_ENTRY, html::demo_document())];
+    for path in html::DEMO_BULK {
+        files.push((path.to_owned(), opaque_bytes(path, DEMO_BULK_LEN)));
+    }
+    let answer = api_answer_of_len(&mut Prng::seeded(html::DEMO_CRITICAL), 1, DEMO_CRITICAL_LEN);
+    files.push(text_file(html::DEMO_CRITICAL, answer));
+    Ok(files)
 }
 
 fn text_file(path: &str, text: String) -> GeneratedFile {
@@ -336,8 +371,10 @@ mod tests {
             p if p.starts_with("/article/") && p.ends_with(".js") => 300 * KIB,
             p if p.starts_with("/app/img/") => 2 * MIB,
             p if p.starts_with("/app/api/") => 2 * KIB,
-            // The busy page's document: small, no stated size.
-            "/busy/index.html" => 0,
+            "/demo/bg-one.bin" | "/demo/bg-two.bin" => MIB,
+            "/demo/critical.json" => 4 * KIB,
+            // The busy and demo pages' documents: small, no stated size.
+            "/busy/index.html" | "/demo/index.html" => 0,
             other => panic!("unexpected file {other}"),
         }
     }
@@ -389,6 +426,15 @@ mod tests {
         assert_eq!(first.files_of(Page::Article).count(), 19);
         assert_eq!(first.files_of(Page::App).count(), 15);
         assert_eq!(first.files_of(Page::Busy).count(), 21);
+        assert_eq!(first.files_of(Page::Demo).count(), 4);
+        // page-demo's resources are exactly the example server's demo page's sizes.
+        for (path, len) in [
+            ("/demo/bg-one.bin", examples::responses::BG_LEN),
+            ("/demo/bg-two.bin", examples::responses::BG_LEN),
+            ("/demo/critical.json", examples::responses::CRITICAL_LEN),
+        ] {
+            assert_eq!(first.file(path).map(|f| f.len), Some(len), "{path}");
+        }
     }
 
     #[test]

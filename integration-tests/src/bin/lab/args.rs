@@ -68,7 +68,8 @@ pub enum WorkloadArg {
     FirstRequest,
     /// `connection-rate`: new connections, one after the other, for `--duration`.
     ConnectionRate,
-    /// `page-article`, `page-app`, `page-busy`: the page loaded in headless Chromium.
+    /// `page-article`, `page-app`, `page-busy`, `page-demo`: the page loaded in headless
+    /// Chromium.
     Page(Page),
 }
 
@@ -160,13 +161,15 @@ pub const DEFAULT_RATE_SECS: f64 = 10.0;
                   and server, sharing one session store (every connection after the first may \
                   resume), and reports connections per second and the ratio to stock-client, \
                   the way HAProxy measures connection rates.\n\n\
-                  Pages: `--workloads page-article,page-app,page-busy` (any subset, on their \
-                  own) loads the lab's generated site's pages in a fresh headless Chromium \
-                  (Debian's chromium) from a fresh server per run, ours or a peer's, through \
-                  the link, and reports LCP, FCP, load, the stylesheet's and the hero image's \
-                  ends (article, busy) and the API answers' time (app), the ratios and the \
-                  paired differences to stock; a load that is not complete and byte-exact is \
-                  a failed run. First the `priority` headers Chromium sent per resource type."
+                  Pages: `--workloads page-article,page-app,page-busy,page-demo` (any subset, \
+                  on their own) loads the lab's generated site's pages in a fresh headless \
+                  Chromium (Debian's chromium) from a fresh server per run, ours or a peer's, \
+                  through the link, and reports LCP, FCP, load, the stylesheet's and the hero \
+                  image's ends (article, busy), the API answers' time (app), the critical \
+                  answer's time and the two background downloads' end, bulk_end_ms (demo: the \
+                  example server's demo page, no LCP or FCP), the ratios and the paired \
+                  differences to stock; a load that is not complete and byte-exact is a \
+                  failed run. First the `priority` headers Chromium sent per resource type."
 )]
 pub struct LabArgs {
     /// Runs of every (case, workload, urgencies) cell.
@@ -184,7 +187,7 @@ pub struct LabArgs {
     /// Workloads, comma-separated: alone (the critical request alone on a fresh connection:
     /// the floor the `x alone` column divides by), simultaneous, late; or, on their own,
     /// first-request and connection-rate (see below); or, on their own, the pages loaded in
-    /// headless Chromium: page-article, page-app, page-busy (any subset).
+    /// headless Chromium: page-article, page-app, page-busy, page-demo (any subset).
     #[arg(long, value_delimiter = ',', default_value = "alone,simultaneous,late")]
     pub workloads: Vec<WorkloadArg>,
     /// With first-request or connection-rate: servers, comma-separated: ours, nginx-0rtt,

@@ -21,7 +21,7 @@
 //! | `main.rs` | the entry point and the loop over the runs |
 //! | `args.rs` | the flags (clap), the configuration they make, the cells and the run order |
 //! | `first_request.rs` | `--workloads first-request` and `connection-rate`: runs, tables, JSON |
-//! | `pages.rs` | `--workloads page-article,page-app,page-busy` (Chromium): plan, runs, tables, JSON |
+//! | `pages.rs` | `--workloads page-article,page-app,page-busy,page-demo` (Chromium): plan, runs, tables, JSON |
 //! | `outcome.rs` | every run, completed or not: failed runs, their count per cell |
 //! | `stats.rs` | medians, spreads and paired differences against stock |
 //! | `report.rs` | the Markdown tables and the JSON |

@@ -1,4 +1,4 @@
-//! `--workloads page-article,page-app,page-busy`: the lab's pages loaded in headless
+//! `--workloads page-article,page-app,page-busy,page-demo`: the lab's pages loaded in headless
 //! Chromium from every case's server through the link ([`integration_tests::pages`]): the
 //! plan the flags ask for ([`page_plan`]), the runs ([`run`]); the statistics in
 //! `figures` ([`summarize`], paired differences, the `priority` headers Chromium sent),
@@ -78,7 +78,8 @@ pub fn page_plan(args: &LabArgs) -> Result<Option<PagePlan>, BoxError> {
         .find(|w| !matches!(w, WorkloadArg::Page(_)));
     if let Some(other) = other {
         return Err(format!(
-            "the page workloads (page-article, page-app, page-busy) run on their own: `{}` \
+            "the page workloads (page-article, page-app, page-busy, page-demo) run on their \
+             own: `{}` \
              cannot run with them; run the priority workloads (alone, simultaneous, late) \
              and first-request or connection-rate in another lab invocation",
             workload_name(other)
@@ -342,14 +343,18 @@ mod tests {
 
     #[test]
     fn page_workloads_run_alone_with_their_default_cases() {
-        let config = config(&["--workloads", "page-article,page-app,page-busy,page-app"]).unwrap();
+        let config = config(&[
+            "--workloads",
+            "page-article,page-app,page-busy,page-demo,page-app",
+        ])
+        .unwrap();
         let plan = config.pages.clone().unwrap();
         assert_eq!(plan.pages, Page::ALL);
         let cases: Vec<&str> = config.cases.iter().map(Case::name).collect();
         assert_eq!(cases, DEFAULT_CASES);
         assert!(config.workloads.is_empty() && config.urgencies.is_empty());
         assert!(config.first_request.is_none());
-        assert_eq!(schedule(&config, &plan).len(), 3 * 7 * 10);
+        assert_eq!(schedule(&config, &plan).len(), 4 * 7 * 10);
 
         let config = config_with_cases("stock,scheduled");
         assert_eq!(config.pages.unwrap().pages, [Page::App]);
@@ -405,7 +410,10 @@ mod tests {
         let err = LabArgs::try_parse_from(["lab", "--workloads", "page-nope"])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("page-article, page-app, page-busy"), "{err}");
+        assert!(
+            err.contains("page-article, page-app, page-busy, page-demo"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -32,13 +32,15 @@ pub enum Figure {
     CssEnd,
     /// The hero image's `responseEnd` (article, busy).
     HeroEnd,
-    /// The median API answer's time (app).
+    /// The median API answer's time (app; demo: its one critical answer's).
     Api,
+    /// The later end (`responseEnd`) of the background downloads (demo).
+    BulkEnd,
 }
 
 impl Figure {
     /// Every figure, in the order of the JSON.
-    pub const ALL: [Figure; 7] = [
+    pub const ALL: [Figure; 8] = [
         Figure::Lcp,
         Figure::Fcp,
         Figure::Dcl,
@@ -46,6 +48,7 @@ impl Figure {
         Figure::CssEnd,
         Figure::HeroEnd,
         Figure::Api,
+        Figure::BulkEnd,
     ];
 
     /// Its key in the JSON, the name of [`PageLoad`]'s field.
@@ -58,6 +61,7 @@ impl Figure {
             Figure::CssEnd => "css_end_ms",
             Figure::HeroEnd => "hero_end_ms",
             Figure::Api => "api_ms",
+            Figure::BulkEnd => "bulk_end_ms",
         }
     }
 
@@ -71,6 +75,7 @@ impl Figure {
             Figure::CssEnd => "CSS end",
             Figure::HeroEnd => "hero end",
             Figure::Api => "API",
+            Figure::BulkEnd => "bulk end",
         }
     }
 
@@ -84,10 +89,12 @@ impl Figure {
             Figure::CssEnd => load.css_end_ms,
             Figure::HeroEnd => load.hero_end_ms,
             Figure::Api => load.api_ms,
+            Figure::BulkEnd => load.bulk_end_ms,
         }
     }
 
-    /// The figures `page`'s table shows: the paints, `load`, and its critical resources.
+    /// The figures `page`'s table shows: the paints (where the page has them), `load`, its
+    /// critical resources, and page-demo's background end.
     pub fn shown(page: Page) -> &'static [Figure] {
         match page {
             Page::Article | Page::Busy => &[
@@ -98,14 +105,20 @@ impl Figure {
                 Figure::HeroEnd,
             ],
             Page::App => &[Figure::Lcp, Figure::Fcp, Figure::Load, Figure::Api],
+            Page::Demo => &[Figure::Load, Figure::Api, Figure::BulkEnd],
         }
     }
 
-    /// The figure of `page`'s critical response: the hero image, or the API answers.
-    pub fn critical(page: Page) -> Figure {
+    /// The figures of `page`'s paired differences against stock: the paints (where the
+    /// page has them), `load`, its critical response (the hero image, the API answers,
+    /// page-demo's critical answer), and page-demo's background end.
+    pub fn compared(page: Page) -> &'static [Figure] {
         match page {
-            Page::Article | Page::Busy => Figure::HeroEnd,
-            Page::App => Figure::Api,
+            Page::Article | Page::Busy => {
+                &[Figure::Lcp, Figure::Fcp, Figure::Load, Figure::HeroEnd]
+            }
+            Page::App => &[Figure::Lcp, Figure::Fcp, Figure::Load, Figure::Api],
+            Page::Demo => &[Figure::Load, Figure::Api, Figure::BulkEnd],
         }
     }
 }
@@ -331,20 +344,25 @@ pub(crate) mod tests {
     use crate::args::tests::args;
     use integration_tests::pages::RequestSeen;
 
-    /// A synthetic load of `page` with the given LCP; the other figures follow from it.
+    /// A synthetic load of `page` with the given LCP (page-demo, which has none: the same
+    /// figures without the paints); the other figures follow from it.
     fn load(page: Page, lcp: f64) -> PageLoad {
-        let app = page == Page::App;
+        let article = matches!(page, Page::Article | Page::Busy);
+        let api = matches!(page, Page::App | Page::Demo);
+        let paints = page.measures_paints();
         PageLoad {
             page,
-            fcp_ms: Some(lcp / 2.0),
-            lcp_ms: Some(lcp),
-            lcp_path: (!app).then(|| "/article/hero.png".to_string()),
+            fcp_ms: paints.then_some(lcp / 2.0),
+            lcp_ms: paints.then_some(lcp),
+            lcp_path: article.then(|| "/article/hero.png".to_string()),
             dcl_ms: lcp / 4.0,
             load_ms: lcp * 2.0,
-            css_end_ms: (!app).then_some(lcp / 8.0),
-            hero_end_ms: (!app).then_some(lcp - 10.0),
-            api_ms: app.then_some(lcp / 10.0),
-            api_answers_ms: if app { vec![lcp / 10.0] } else { Vec::new() },
+            css_end_ms: article.then_some(lcp / 8.0),
+            hero_end_ms: article.then_some(lcp - 10.0),
+            api_ms: api.then_some(lcp / 10.0),
+            api_answers_ms: if api { vec![lcp / 10.0] } else { Vec::new() },
+            bulk_end_ms: (page == Page::Demo).then_some(lcp * 3.0),
+            timings: Vec::new(),
             resources: Vec::new(),
             requests: vec![request("/article/index.html", "Document", "u=0, i")],
             shared_connection: None,
@@ -366,7 +384,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn completed(page: Page, case: &str, repeat: usize, lcp: f64) -> PageOutcome {
+    pub(crate) fn completed(page: Page, case: &str, repeat: usize, lcp: f64) -> PageOutcome {
         PageOutcome {
             page,
             case: case.into(),
@@ -449,5 +467,41 @@ pub(crate) mod tests {
         assert_eq!(*pairs[0].sooner.get(Figure::Lcp), Some(2));
         assert_eq!(*pairs[0].sooner.get(Figure::Api), None);
         assert_eq!(pairs[1].pairs, 2, "the failed run has no pair");
+    }
+
+    #[test]
+    fn demo_rows_have_the_critical_answer_and_the_background_end_without_paints() {
+        let config = LabConfig::from_args(&args(&[
+            "--workloads",
+            "page-demo",
+            "--cases",
+            "stock,scheduled",
+            "--repeats",
+            "2",
+        ]))
+        .unwrap();
+        let plan = config.pages.clone().unwrap();
+        let outcomes = vec![
+            completed(Page::Demo, "stock", 0, 1000.0),
+            completed(Page::Demo, "scheduled", 0, 600.0),
+            completed(Page::Demo, "stock", 1, 1200.0),
+            completed(Page::Demo, "scheduled", 1, 1300.0),
+        ];
+        let rows = summarize(&config, &plan, &outcomes);
+        let scheduled = &rows[1];
+        assert_eq!(scheduled.figures.get(Figure::Api).unwrap().median, 95.0);
+        assert_eq!(
+            scheduled.figures.get(Figure::BulkEnd).unwrap().median,
+            2850.0
+        );
+        assert_eq!(*scheduled.figures.get(Figure::Lcp), None);
+        assert_eq!(scheduled.lcp_x_stock, None);
+        assert_eq!(scheduled.load_x_stock, Some(1900.0 / 2200.0));
+        let pairs = paired(&config, &plan, &outcomes);
+        // Critical answer within each repeat: -40, +10.
+        let api = pairs[0].difference.get(Figure::Api).unwrap();
+        assert_eq!((api.min, api.max), (-40.0, 10.0));
+        assert_eq!(*pairs[0].sooner.get(Figure::BulkEnd), Some(1));
+        assert_eq!(*pairs[0].sooner.get(Figure::Lcp), None);
     }
 }

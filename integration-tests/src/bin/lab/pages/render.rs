@@ -37,6 +37,11 @@ fn describe(page: Page) -> &'static str {
             "the article in a second tab while the same HTTP/2 connection carries a 20 MiB \
              download started by the first"
         }
+        Page::Demo => {
+            "the example server's demo page: two 1 MiB background downloads (low priority) \
+             and one 4 KiB critical answer (high priority) fetched at once; API is the \
+             critical answer's time, bulk end the background's end; no paint timings"
+        }
     }
 }
 
@@ -122,9 +127,14 @@ fn render_page(page: Page, rows: &[PageRow], outcomes: &[PageOutcome]) -> String
         describe(page)
     );
     let shown = Figure::shown(page);
+    // `LCP x stock` only where the page has an LCP.
+    let paints = shown.contains(&Figure::Lcp);
     let mut headers = vec!["case".to_string(), "loads".to_string()];
     headers.extend(shown.iter().map(|f| format!("{} ms", f.label())));
-    headers.extend(["LCP x stock", "load x stock", "link drops"].map(String::from));
+    if paints {
+        headers.push("LCP x stock".to_string());
+    }
+    headers.extend(["load x stock", "link drops"].map(String::from));
     let cells: Vec<Vec<String>> = rows
         .iter()
         .filter(|r| r.page == page)
@@ -135,7 +145,9 @@ fn render_page(page: Page, rows: &[PageRow], outcomes: &[PageOutcome]) -> String
                     .iter()
                     .map(|&f| spread_or_dash(r.figures.get(f), 0, false)),
             );
-            cells.push(ratio_or_dash(r.lcp_x_stock));
+            if paints {
+                cells.push(ratio_or_dash(r.lcp_x_stock));
+            }
             cells.push(ratio_or_dash(r.load_x_stock));
             cells.push(spread_or_dash(&r.link_drops, 0, false));
             cells
@@ -177,10 +189,9 @@ fn render_paired(page: Page, pairs: &[PagePairedRow]) -> String {
          repeat, ms): median [min, max]; `sooner`: repeats in which the case was sooner, of \
          the pairs.\n\n"
     );
-    let critical = Figure::critical(page);
-    let compared = [Figure::Lcp, Figure::Fcp, Figure::Load, critical];
+    let compared = Figure::compared(page);
     let mut headers = vec!["case".to_string()];
-    for figure in compared {
+    for &figure in compared {
         headers.push(format!("Δ {} ms", figure.label()));
         headers.push(format!("{} sooner", figure.label()));
     }
@@ -188,7 +199,7 @@ fn render_paired(page: Page, pairs: &[PagePairedRow]) -> String {
         .iter()
         .map(|r| {
             let mut cells = vec![r.case.clone()];
-            for figure in compared {
+            for &figure in compared {
                 cells.push(spread_or_dash(r.difference.get(figure), 0, true));
                 cells.push(match (r.sooner.get(figure), r.difference.get(figure)) {
                     (Some(sooner), Some(d)) => format!("{sooner}/{}", d.n),
@@ -261,6 +272,7 @@ fn run_json(outcome: &PageOutcome) -> Value {
             }
             json["lcp_path"] = measured.load.lcp_path.clone().into();
             json["api_answers_ms"] = measured.load.api_answers_ms.clone().into();
+            json["timings"] = serde_json::to_value(&measured.load.timings).unwrap_or_default();
             json["link_drops"] = measured.link_drops.into();
             json["cross_bytes"] = measured.cross_bytes.into();
         }
@@ -269,8 +281,9 @@ fn run_json(outcome: &PageOutcome) -> Value {
     json
 }
 
-/// Draws the median LCP of every (page, case) as grouped bars (one group per page, one bar
-/// per case, whiskers from min to max) into an SVG file.
+/// Draws the median LCP of every (page, case) as grouped bars (one group per page with an
+/// LCP, one bar per case, whiskers from min to max) into an SVG file; page-demo, which has
+/// no paint timings, is not in it.
 pub fn write_svg(
     path: &Path,
     config: &LabConfig,
@@ -278,10 +291,16 @@ pub fn write_svg(
     rows: &[PageRow],
 ) -> Result<(), BoxError> {
     let cases: Vec<String> = config.cases.iter().map(|c| c.name().to_string()).collect();
+    let pages: Vec<Page> = plan
+        .pages
+        .iter()
+        .copied()
+        .filter(|&p| Figure::shown(p).contains(&Figure::Lcp))
+        .collect();
     let bars = rows
         .iter()
         .filter_map(|row| {
-            let group = plan.pages.iter().position(|&p| p == row.page)?;
+            let group = pages.iter().position(|&p| p == row.page)?;
             let series = cases.iter().position(|c| *c == row.case)?;
             Some((group, series, (*row.figures.get(Figure::Lcp))?))
         })
@@ -297,7 +316,7 @@ pub fn write_svg(
                 config.repeats,
                 config.seed
             ),
-            groups: plan.pages.iter().map(|p| p.to_string()).collect(),
+            groups: pages.iter().map(|p| p.to_string()).collect(),
             series: cases,
             bars,
         },
@@ -307,7 +326,8 @@ pub fn write_svg(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pages::figures::tests::three_repeats;
+    use crate::args::tests::args;
+    use crate::pages::figures::tests::{completed, three_repeats};
 
     #[test]
     fn report_has_the_headers_the_tables_and_the_failures() {
@@ -371,11 +391,59 @@ mod tests {
             assert!(article[key].is_f64(), "{key} in {article}");
         }
         assert!(article["api_ms"].is_null() && article["link_drops"].is_null());
+        assert!(article["bulk_end_ms"].is_null(), "{article}");
         let failed = results.iter().find(|r| r["completed"] == false).unwrap();
         assert!(failed["error"].as_str().unwrap().contains("not received"));
         assert_eq!(json["summary"][1]["figures"]["lcp_ms"]["median"], 500.0);
         assert_eq!(json["paired"][0]["sooner"]["lcp_ms"], 2);
         assert_eq!(json["priority_headers"][0]["header"], "u=0, i");
+    }
+
+    #[test]
+    fn demo_shows_its_critical_answer_and_background_end() {
+        let config = LabConfig::from_args(&args(&[
+            "--workloads",
+            "page-demo",
+            "--cases",
+            "stock,scheduled",
+            "--repeats",
+            "1",
+        ]))
+        .unwrap();
+        let plan = config.pages.clone().unwrap();
+        let outcomes = vec![
+            completed(Page::Demo, "stock", 0, 1000.0),
+            completed(Page::Demo, "scheduled", 0, 600.0),
+        ];
+        let report = render(&config, &plan, "Chromium 1.2.3", &outcomes);
+        assert!(
+            report.contains("| case      | loads |           load ms |         API ms |       bulk end ms | load x stock | link drops |"),
+            "{report}"
+        );
+        assert!(
+            report.contains(
+                "| scheduled |   1/1 | 1200 [1200, 1200] |    60 [60, 60] | 1800 [1800, 1800] |         0.60 |"
+            ),
+            "{report}"
+        );
+        assert!(
+            report.contains(" Δ bulk end ms | bulk end sooner |"),
+            "{report}"
+        );
+        assert!(!report.contains("LCP"), "{report}");
+        let json = to_json(&config, &plan, "Chromium 1.2.3", &outcomes);
+        let run = &json["results"][1];
+        assert_eq!(run["workload"], "page-demo");
+        assert_eq!(
+            (run["api_ms"].as_f64(), run["bulk_end_ms"].as_f64()),
+            (Some(60.0), Some(1800.0))
+        );
+        assert_eq!(run["api_answers_ms"], serde_json::json!([60.0]));
+        assert!(run["lcp_ms"].is_null() && run["fcp_ms"].is_null(), "{run}");
+        assert_eq!(
+            json["summary"][1]["figures"]["bulk_end_ms"]["median"],
+            1800.0
+        );
     }
 
     #[test]
