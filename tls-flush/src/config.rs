@@ -133,6 +133,7 @@ impl Default for UrgentCut {
 /// | setter | takes | [`Policy::Scheduled`] | [`Policy::EarlyFlush`], [`Policy::Dynamic`] |
 /// |---|---|---|---|
 /// | [`reorder`](Self::reorder) | `bool` | on | off |
+/// | [`schedule_bodies`](Self::schedule_bodies) | `bool` | on | off |
 /// | [`pack_records`](Self::pack_records) | `bool` | on | on |
 /// | [`cork`](Self::cork) | `bool` | on | on |
 /// | [`write_budget`](Self::write_budget) | `bool` | on | off |
@@ -179,6 +180,7 @@ impl Default for UrgentCut {
 pub struct FlushConfig {
     pub(crate) policy: Policy,
     pub(crate) reorder: bool,
+    pub(crate) schedule_bodies: bool,
     pub(crate) pack_records: bool,
     pub(crate) record_sizing: RecordSizing,
     pub(crate) tls_record_payload: usize,
@@ -207,6 +209,7 @@ impl FlushConfig {
         let base = FlushConfig {
             policy,
             reorder: false,
+            schedule_bodies: false,
             pack_records: true,
             record_sizing: RecordSizing::Fixed(MAX_RECORD_PAYLOAD),
             tls_record_payload: MAX_RECORD_PAYLOAD,
@@ -242,6 +245,7 @@ impl FlushConfig {
             },
             Policy::Scheduled => FlushConfig {
                 reorder: true,
+                schedule_bodies: true,
                 anticipate: Some(Duration::from_millis(5)),
                 ..base
             },
@@ -393,6 +397,22 @@ impl FlushConfig {
     /// Orders DATA by RFC 9218 (on for [`Policy::Scheduled`]).
     pub fn reorder(mut self, on: bool) -> Self {
         self.reorder = on;
+        self
+    }
+
+    /// Reads a connection's response bodies by urgency (on for [`Policy::Scheduled`]; only
+    /// where this crate runs hyper: [`serve`](crate::serve) and
+    /// [`serve_connection`](crate::serve_connection), HTTP/2 only). h2 writes its streams'
+    /// buffered DATA one frame per stream in turn, and the wrapper cannot skip a frame h2
+    /// offers, so once its queue is full every stream leaves at the rate h2 offers it, a
+    /// hero image behind a download as slowly as the download. With this on, while a more
+    /// urgent response of the same connection is producing, a less urgent body's next
+    /// chunk is read at a sixteenth of the rate per level of urgency between them (the wire
+    /// scheduler's weights), so h2's turns go to the urgent streams. A body whose source has
+    /// nothing ready, or that hyper has not polled for 50 ms (the peer's window is closed),
+    /// holds nothing back. Bodies are only delayed, never altered.
+    pub fn schedule_bodies(mut self, on: bool) -> Self {
+        self.schedule_bodies = on;
         self
     }
 

@@ -34,6 +34,8 @@ mod accept;
 #[cfg(feature = "axum-server")]
 mod acceptor;
 mod anticipation;
+#[cfg(feature = "serve")]
+mod body_gate;
 #[cfg(feature = "client")]
 pub mod client;
 mod clock;

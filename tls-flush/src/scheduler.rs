@@ -36,6 +36,7 @@ use crate::priorities::StreamPriorities;
 mod shares;
 
 use shares::UrgencyShares;
+pub(crate) use shares::SHARE_STEP_BITS;
 
 /// One schedulable unit: a frame, or a whole header block (HEADERS + CONTINUATIONs).
 #[derive(Debug, Clone)]

@@ -45,6 +45,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn, Instrument};
 
 use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
+use crate::body_gate::{BodyGate, GatedService};
 use crate::config::FlushConfig;
 use crate::early_data::EarlyDataStream;
 use crate::stats::{ConnectionStats, StatsSnapshot};
@@ -122,10 +123,13 @@ impl Default for Settings {
 }
 
 /// hyper's per-stream HTTP/2 send buffer under the wrapper (hyper's default is 400 KiB):
-/// what h2 buffers sits above the wrapper in h2's round-robin order, where a more urgent
-/// response waits behind it; the wrapper's own queue, where priority decides, holds the
-/// rest.
-pub(crate) const H2_SEND_BUFFER: usize = 128 * 1024;
+/// what h2 buffers sits above the wrapper, in h2's round-robin order, where a more urgent
+/// response waits behind it; the wrapper's queue, where priority decides, absorbs the rest
+/// as fast as h2 writes it, so one frame per stream is enough. It also decides when a body
+/// ends, which is when body scheduling stops holding less urgent bodies back: measured in
+/// the browser lab's page-busy (hero image behind a 20 MiB download, tun link), the hero
+/// ended at 1,257 ms with 128 KiB, 689-750 with 32 KiB, 587 with 16 KiB.
+pub(crate) const H2_SEND_BUFFER: usize = crate::body_gate::GATE_PIECE;
 
 /// hyper's HTTP/1.1 + HTTP/2 server builder as both [`serve`] and [`serve_connection`]
 /// configure it: tokio executor, tokio timer on both protocols, the header read timeout,
@@ -651,7 +655,9 @@ async fn connection_inner<S: HttpService>(
     // server accepted would never be answered), then the wrapper.
     let tls = EarlyDataStream::new(tls);
     let early = tls.early_requests();
+    let schedule_bodies = config.schedule_bodies;
     let stream = FlushStream::new(tls, config);
+    let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
     let stats: ConnectionStats = stream.stats();
     tracing::debug!(
         http2 = stream.is_http2(),
@@ -664,6 +670,7 @@ async fn connection_inner<S: HttpService>(
         early.mark(&mut req);
         req
     });
+    let service = GatedService::new(service, gate);
     let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
     let mut conn = std::pin::pin!(conn);
     let idle_timeout = settings.idle_timeout;

@@ -23,7 +23,7 @@
 
 /// log2 of the share one urgency level has over the next less urgent one: 16x (see the
 /// [module documentation](self) for 4x).
-const SHARE_STEP_BITS: u32 = 4;
+pub(crate) const SHARE_STEP_BITS: u32 = 4;
 /// Past this virtual time every tag is moved back by it, so that the tags (up to 2^42 per
 /// frame at urgency 7) never saturate on a long-lived connection.
 const REBASE_AT: u64 = 1 << 62;

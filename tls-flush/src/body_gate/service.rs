@@ -1,0 +1,85 @@
+//! The service wrapper that puts each response body of a connection behind its gate.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_priority::{Priority, PriorityParams};
+
+use super::body::GatedBody;
+use super::BodyGate;
+
+/// `inner`, whose response bodies pass `gate` (none: untouched) at the priority the wire
+/// scheduler gives them: the request's `priority` header overlaid by the response's (what
+/// the server pinned, e.g. with `tower_priority::PriorityLayer`).
+#[derive(Debug, Clone)]
+pub(crate) struct GatedService<S> {
+    inner: S,
+    gate: Option<BodyGate>,
+}
+
+impl<S> GatedService<S> {
+    pub(crate) fn new(inner: S, gate: Option<BodyGate>) -> Self {
+        GatedService { inner, gate }
+    }
+}
+
+impl<S, ReqBody, ResBody> tower::Service<Request<ReqBody>> for GatedService<S>
+where
+    S: tower::Service<Request<ReqBody>, Response = Response<ResBody>>,
+    ResBody: http_body::Body,
+{
+    type Response = Response<GatedBody<ResBody>>;
+    type Error = S::Error;
+    type Future = GatedFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let gate = self
+            .gate
+            .clone()
+            .map(|gate| (gate, Priority::from_headers(req.headers())));
+        GatedFuture {
+            inner: self.inner.call(req),
+            gate,
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`GatedService`].
+    pub(crate) struct GatedFuture<F> {
+        #[pin]
+        inner: F,
+        gate: Option<(BodyGate, Priority)>,
+    }
+}
+
+impl<F, B, E> Future for GatedFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    B: http_body::Body,
+{
+    type Output = Result<Response<GatedBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let response = ready!(this.inner.poll(cx))?;
+        let ticket = this.gate.take().map(|(gate, requested)| {
+            let pinned = response
+                .headers()
+                .get_all(http::header::HeaderName::from_static("priority"))
+                .iter()
+                .fold(requested, |p, value| {
+                    PriorityParams::parse(value.as_bytes()).apply_to(p)
+                });
+            gate.register(pinned.urgency)
+        });
+        Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket))))
+    }
+}
