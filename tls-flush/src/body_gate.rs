@@ -12,9 +12,10 @@
 //! h2 has already buffered.
 //!
 //! The share is start-time fair queueing (Goyal et al., SIGCOMM 1996) over the bodies, by
-//! bytes, with the weights of the wire scheduler ([`SHARE_STEP_BITS`]: each urgency gets 16x
-//! the next), so a less urgent body slows down but never stops while a more urgent one
-//! produces (a font sent at `u=4` must not wait for a whole `u=3` download).
+//! bytes, with the weights of the wire scheduler ([`cost_bits`]: 16x per level above the
+//! default urgency, 2x from it down), so a less urgent body slows down but never stops while
+//! a more urgent one produces (a font sent at `u=4` must not wait for a whole `u=3`
+//! download).
 //!
 //! Invariants:
 //! - A body is only ever delayed, never reordered or altered: its frames pass in order and
@@ -28,7 +29,7 @@
 //! - Memory: one small entry per live response body of the connection (bounded by h2's
 //!   concurrent streams), removed when the body ends or is dropped.
 //!
-//! [`SHARE_STEP_BITS`]: crate::scheduler::SHARE_STEP_BITS
+//! [`cost_bits`]: crate::scheduler::cost_bits
 
 mod body;
 mod service;
@@ -43,7 +44,7 @@ use tokio::time::Instant;
 pub(crate) use body::GATE_PIECE;
 pub(crate) use service::GatedService;
 
-use crate::scheduler::SHARE_STEP_BITS;
+use crate::scheduler::cost_bits;
 
 /// How long a producing body may go without being polled before it stops holding less
 /// urgent bodies back: hyper polls a body each time h2 took its previous chunk, which at
@@ -63,10 +64,11 @@ pub(crate) const WAIT_GRACE: Duration = Duration::from_millis(5);
 /// value).
 const NEXT_CHUNK_ESTIMATE: u128 = 16_384;
 
-/// The byte cost, in virtual time, of `urgency`: 16^urgency, so a body of urgency `u` gets
-/// 16x the share of one at `u + 1` (the wire scheduler's weights).
+/// The byte cost, in virtual time, of `urgency`: the wire scheduler's ([`cost_bits`]), so a
+/// body of urgency `u` gets 16x the share of one at `u + 1` above the default urgency, 2x
+/// from it down.
 fn cost_per_byte(urgency: u8) -> u128 {
-    1u128 << (u32::from(urgency.min(7)) * SHARE_STEP_BITS)
+    1u128 << cost_bits(urgency)
 }
 
 /// One connection's gate, shared by the [`GatedService`] that registers the bodies and by
@@ -314,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn one_urgency_level_is_worth_sixteen_times_the_bytes() {
+    fn one_urgency_level_above_the_default_is_worth_sixteen_times_the_bytes() {
         let gate = BodyGate::default();
         let urgent = gate.register(2);
         let bulk = gate.register(3);

@@ -407,8 +407,8 @@ impl FlushConfig {
     /// offers, so once its queue is full every stream leaves at the rate h2 offers it, a
     /// hero image behind a download as slowly as the download. With this on, while a more
     /// urgent response of the same connection is producing, a less urgent body's next
-    /// chunk is read at a sixteenth of the rate per level of urgency between them (the wire
-    /// scheduler's weights), so h2's turns go to the urgent streams. A body whose source has
+    /// chunk is read at the wire scheduler's share (a sixteenth per level of urgency above
+    /// the default, a half from it down), so h2's turns go to the urgent streams. A body whose source has
     /// nothing ready, or that hyper has not polled for 50 ms (the peer's window is closed),
     /// holds nothing back. Bodies are only delayed, never altered.
     pub fn schedule_bodies(mut self, on: bool) -> Self {

@@ -11,8 +11,8 @@
 //!
 //! DATA follows RFC 9218 §10 within an urgency (non-incremental responses one at a time,
 //! lowest stream id first; incremental ones round-robin), and the urgencies share the link
-//! by weight, each sixteen times the next less urgent one ([`shares`]), so that a long download
-//! never starves a less urgent response.
+//! by weight, sixteen times the next less urgent one above the default urgency and twice
+//! from it down ([`shares`]), so that a long download never starves a less urgent response.
 //!
 //! Barriers are modelled as epochs: frames queued between two SETTINGS frames form an
 //! epoch, only the oldest epoch is served, and its closing SETTINGS leaves last.
@@ -35,8 +35,8 @@ use crate::priorities::StreamPriorities;
 
 mod shares;
 
+pub(crate) use shares::cost_bits;
 use shares::UrgencyShares;
-pub(crate) use shares::SHARE_STEP_BITS;
 
 /// One schedulable unit: a frame, or a whole header block (HEADERS + CONTINUATIONs).
 #[derive(Debug, Clone)]
@@ -685,7 +685,7 @@ mod tests {
     }
 
     /// A long download at `u=3, i` does not starve a `u=4` response (a web font, as
-    /// Chromium asks for it): one frame of it for every sixteen of the download.
+    /// Chromium asks for it): one frame of it for every two of the download.
     #[test]
     fn a_less_urgent_response_is_not_starved_by_a_long_download() {
         let mut p = priorities(&[(1, "u=3, i"), (3, "u=4")]);
@@ -696,7 +696,7 @@ mod tests {
         let mut s = queued(Ordering::Rfc9218, &mut p, frames);
         let ids = drain_ids(&mut s, &mut p);
         let font_at: Vec<usize> = (0..ids.len()).filter(|&i| ids[i] == 3).collect();
-        assert_eq!(font_at, [16, 33, 50], "{ids:?}");
+        assert_eq!(font_at, [2, 5, 8], "{ids:?}");
     }
 
     #[test]
