@@ -10,7 +10,8 @@
 //! - connection-level control frames (PING, WINDOW_UPDATE, GOAWAY) go ahead of DATA.
 //!
 //! DATA follows RFC 9218 §10 within an urgency (non-incremental responses one at a time,
-//! lowest stream id first; incremental ones round-robin), and the urgencies share the link
+//! lowest stream id first; incremental ones round-robin, except above the default urgency,
+//! where they too go one at a time), and the urgencies share the link
 //! by weight, sixteen times the next less urgent one above the default urgency and twice
 //! from it down ([`shares`]), so that a long download never starves a less urgent response.
 //!
@@ -36,6 +37,10 @@ use crate::priorities::StreamPriorities;
 mod shares;
 
 pub(crate) use shares::cost_bits;
+
+/// Urgencies below this one (more urgent than RFC 9218's default, `u=3`) serve their
+/// incremental responses one at a time, like the non-incremental ones.
+const SEQUENTIAL_INCREMENTAL_BELOW: usize = 3;
 use shares::UrgencyShares;
 
 /// One schedulable unit: a frame, or a whole header block (HEADERS + CONTINUATIONs).
@@ -531,8 +536,18 @@ impl Scheduler {
         if let Some(&id) = index.sequential[urgency].first() {
             return Some(id);
         }
-        // Incremental ones share the link frame by frame, after the last one served.
         let level = &index.incremental[urgency];
+        // Above the default urgency, incremental ones too, lowest stream id first: a page's
+        // first images come at `u=2, i` from Chromium, and the first (the hero, the LCP
+        // element) done first beats all of them done late (browser lab, article: LCP 344 ms
+        // against 472 round-robin; at `u=3` too, `load` went to 2.3x stock's, the page's
+        // images waiting for a long fetch).
+        if urgency < SEQUENTIAL_INCREMENTAL_BELOW {
+            if let Some(&id) = level.first() {
+                return Some(id);
+            }
+        }
+        // Otherwise incremental ones share the link frame by frame, after the last one served.
         let last = round_robin[urgency];
         level
             .range(last.saturating_add(1)..)
@@ -682,6 +697,25 @@ mod tests {
         );
         let ids = drain_ids(&mut s, &mut p);
         assert_eq!(ids, vec![5, 5, 7, 7, 1, 3, 1, 3]);
+    }
+
+    /// Above the default urgency, incremental responses go one at a time too: a page's
+    /// hero image (`u=2, i`, requested first) ends before the images after it begin.
+    #[test]
+    fn incremental_responses_above_the_default_go_one_at_a_time() {
+        let mut p = priorities(&[(1, "u=2, i"), (3, "u=2, i"), (5, "u=3, i"), (7, "u=3, i")]);
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [1, 3, 1, 3].map(|id| unit(frame::DATA, 0, id, 10)),
+        );
+        assert_eq!(drain_ids(&mut s, &mut p), vec![1, 1, 3, 3]);
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [5, 7, 5, 7].map(|id| unit(frame::DATA, 0, id, 10)),
+        );
+        assert_eq!(drain_ids(&mut s, &mut p), vec![5, 7, 5, 7]);
     }
 
     /// A long download at `u=3, i` does not starve a `u=4` response (a web font, as
