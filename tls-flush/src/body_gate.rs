@@ -134,6 +134,13 @@ pub(crate) enum Verdict {
     Held { recheck_at: Instant },
 }
 
+impl Verdict {
+    #[cfg(test)]
+    fn is_held(self) -> bool {
+        matches!(self, Verdict::Held { .. })
+    }
+}
+
 impl BodyGate {
     fn lock(&self) -> MutexGuard<'_, Shares> {
         // A panic while holding the lock leaves consistent tags (every update is a few
@@ -356,10 +363,7 @@ mod tests {
         let (waker, _) = waker();
         let now = Instant::now();
         assert_eq!(urgent.offer(CHUNK, now, &waker), Verdict::Pass);
-        assert!(matches!(
-            bulk.offer(CHUNK, now, &waker),
-            Verdict::Held { .. }
-        ));
+        assert!(bulk.offer(CHUNK, now, &waker).is_held());
         urgent.waiting(now);
         // A file read's worth of grace, then nothing.
         assert_eq!(
@@ -408,16 +412,10 @@ mod tests {
         let (held_waker, wakes) = waker();
         let now = Instant::now();
         assert_eq!(urgent.offer(CHUNK, now, &held_waker), Verdict::Pass);
-        assert!(matches!(
-            bulk.offer(CHUNK, now, &held_waker),
-            Verdict::Held { .. }
-        ));
+        assert!(bulk.offer(CHUNK, now, &held_waker).is_held());
         assert_eq!(urgent.offer(CHUNK, now, &held_waker), Verdict::Pass);
         assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
-        assert!(matches!(
-            bulk.offer(CHUNK, now, &held_waker),
-            Verdict::Held { .. }
-        ));
+        assert!(bulk.offer(CHUNK, now, &held_waker).is_held());
         drop(urgent);
         assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 2);
         assert_eq!(bulk.offer(CHUNK, now, &held_waker), Verdict::Pass);

@@ -124,17 +124,22 @@ impl Default for Settings {
 
 /// hyper's per-stream HTTP/2 send buffer under the wrapper (hyper's default is 400 KiB):
 /// what h2 buffers sits above the wrapper, in h2's round-robin order, where a more urgent
-/// response waits behind it; the wrapper's queue, where priority decides, absorbs the rest
-/// as fast as h2 writes it, so one frame per stream is enough. It also decides when a body
-/// ends, which is when body scheduling stops holding less urgent bodies back: measured in
-/// the browser lab's page-busy (hero image behind a 20 MiB download, tun link), the hero
+/// response waits behind it; the wrapper's queue, where priority decides, holds the rest.
+/// Enough for the wrapper to pack full records from what h2 writes at once (with one frame,
+/// every 16 KiB DATA frame became a full record and a 9-byte one, as stock's do).
+pub(crate) const H2_SEND_BUFFER: usize = 128 * 1024;
+
+/// The same with body scheduling on ([`FlushConfig::schedule_bodies`]): it decides when a
+/// body ends, which is when body scheduling stops holding less urgent bodies back. Measured
+/// in the browser lab's page-busy (hero image behind a 20 MiB download, tun link), the hero
 /// ended at 1,257 ms with 128 KiB, 689-750 with 32 KiB, 587 with 16 KiB.
-pub(crate) const H2_SEND_BUFFER: usize = crate::body_gate::GATE_PIECE;
+pub(crate) const H2_SEND_BUFFER_SCHEDULED: usize = crate::body_gate::GATE_PIECE;
 
 /// hyper's HTTP/1.1 + HTTP/2 server builder as both [`serve`] and [`serve_connection`]
 /// configure it: tokio executor, tokio timer on both protocols, the header read timeout,
-/// the HTTP/2 keep-alive and a per-stream send buffer of [`H2_SEND_BUFFER`].
-fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
+/// the HTTP/2 keep-alive and a per-stream send buffer of [`H2_SEND_BUFFER`] (or
+/// [`H2_SEND_BUFFER_SCHEDULED`] with body scheduling).
+fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -145,7 +150,11 @@ fn http_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.keep_alive_interval)
         .keep_alive_timeout(settings.keep_alive_timeout)
-        .max_send_buf_size(H2_SEND_BUFFER);
+        .max_send_buf_size(if config.schedule_bodies {
+            H2_SEND_BUFFER_SCHEDULED
+        } else {
+            H2_SEND_BUFFER
+        });
     builder
 }
 
@@ -180,7 +189,7 @@ pub async fn serve_connection<S: HttpService>(
     service: S,
 ) -> io::Result<StatsSnapshot> {
     let settings = Settings::default();
-    let builder = http_builder(&settings);
+    let builder = http_builder(&settings, &config);
     run_connection(tcp, acceptor, config, service, &settings, &builder, None).await
 }
 
@@ -479,7 +488,7 @@ impl<S: HttpService> Serve<S> {
             settings,
             signal,
         } = self;
-        let builder = Arc::new(http_builder(&settings));
+        let builder = Arc::new(http_builder(&settings, &config));
         let mut signal = signal.unwrap_or_else(|| Box::pin(std::future::pending()));
         // `true` once the server shuts down; every connection task holds a receiver.
         let (shutdown, _) = watch::channel(false);

@@ -384,6 +384,22 @@ pub(crate) mod tests {
         }
     }
 
+    /// The lab's configuration and page plan for page-demo, stock and scheduled.
+    pub(crate) fn demo_config(repeats: usize) -> (LabConfig, PagePlan) {
+        let repeats = repeats.to_string();
+        let config = LabConfig::from_args(&args(&[
+            "--workloads",
+            "page-demo",
+            "--cases",
+            "stock,scheduled",
+            "--repeats",
+            &repeats,
+        ]))
+        .unwrap();
+        let plan = config.pages.clone().unwrap();
+        (config, plan)
+    }
+
     pub(crate) fn completed(page: Page, case: &str, repeat: usize, lcp: f64) -> PageOutcome {
         PageOutcome {
             page,
@@ -471,16 +487,7 @@ pub(crate) mod tests {
 
     #[test]
     fn demo_rows_have_the_critical_answer_and_the_background_end_without_paints() {
-        let config = LabConfig::from_args(&args(&[
-            "--workloads",
-            "page-demo",
-            "--cases",
-            "stock,scheduled",
-            "--repeats",
-            "2",
-        ]))
-        .unwrap();
-        let plan = config.pages.clone().unwrap();
+        let (config, plan) = demo_config(2);
         let outcomes = vec![
             completed(Page::Demo, "stock", 0, 1000.0),
             completed(Page::Demo, "scheduled", 0, 600.0),

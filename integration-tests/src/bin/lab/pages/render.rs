@@ -326,8 +326,7 @@ pub fn write_svg(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::tests::args;
-    use crate::pages::figures::tests::{completed, three_repeats};
+    use crate::pages::figures::tests::{completed, demo_config, three_repeats};
 
     #[test]
     fn report_has_the_headers_the_tables_and_the_failures() {
@@ -401,16 +400,7 @@ mod tests {
 
     #[test]
     fn demo_shows_its_critical_answer_and_background_end() {
-        let config = LabConfig::from_args(&args(&[
-            "--workloads",
-            "page-demo",
-            "--cases",
-            "stock,scheduled",
-            "--repeats",
-            "1",
-        ]))
-        .unwrap();
-        let plan = config.pages.clone().unwrap();
+        let (config, plan) = demo_config(1);
         let outcomes = vec![
             completed(Page::Demo, "stock", 0, 1000.0),
             completed(Page::Demo, "scheduled", 0, 600.0),
