@@ -91,10 +91,9 @@ struct Shares {
 #[derive(Debug)]
 struct Entry {
     urgency: u8,
-    /// Start tag of this body's next chunk.
+    /// Start tag of this body's next chunk: the finish tag of its last chunk let through,
+    /// moved up to the virtual time when it comes back from not producing.
     start: u128,
-    /// Finish tag of its last chunk let through.
-    finish: u128,
     state: Activity,
     last_polled: Instant,
     /// Set while the body is held: woken when what holds it may have changed.
@@ -161,7 +160,6 @@ impl BodyGate {
             Entry {
                 urgency,
                 start: virtual_time,
-                finish: virtual_time,
                 state: Activity::Idle,
                 last_polled: Instant::now(),
                 waker: None,
@@ -189,7 +187,9 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// hyper polled the body: it is not stalled.
+    /// hyper polled the body and got a frame that is not shared out (trailers, an empty
+    /// DATA frame): it is not stalled. ([`offer`](Self::offer) and
+    /// [`waiting`](Self::waiting) record the poll themselves.)
     pub(crate) fn polled(&self, now: Instant) {
         if let Some(entry) = self.gate.lock().bodies.get_mut(&self.id) {
             entry.last_polled = now;
@@ -203,14 +203,13 @@ impl Ticket {
         let Some(entry) = shares.bodies.get_mut(&self.id) else {
             return;
         };
+        entry.last_polled = now;
         if entry.state != Activity::Producing {
             return;
         }
         entry.state = Activity::Waiting { since: now };
         let urgency = entry.urgency;
-        let wakers = take_wakers(&mut shares, urgency);
-        drop(shares);
-        wakers.into_iter().for_each(Waker::wake);
+        wake_less_urgent(shares, urgency);
     }
 
     /// The body has a chunk of `len` bytes: charge it and pass, or hold it (registering
@@ -224,7 +223,7 @@ impl Ticket {
         if entry.state != Activity::Producing {
             // Back from its source: it cannot claim the time it had nothing to send.
             entry.state = Activity::Producing;
-            entry.start = entry.finish.max(virtual_time);
+            entry.start = entry.start.max(virtual_time);
         }
         entry.last_polled = now;
         let (urgency, start) = (entry.urgency, entry.start);
@@ -242,23 +241,19 @@ impl Ticket {
                 recheck_at = Some(recheck_at.map_or(stale_at, |at| at.min(stale_at)));
             }
         }
+        let entry = shares.bodies.get_mut(&self.id).expect("looked up above");
         if let Some(recheck_at) = recheck_at {
-            let entry = shares.bodies.get_mut(&self.id).expect("looked up above");
             if !entry.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
                 entry.waker = Some(waker.clone());
             }
             return Verdict::Held { recheck_at };
         }
-        let entry = shares.bodies.get_mut(&self.id).expect("looked up above");
         entry.start = finish;
-        entry.finish = finish;
         entry.waker = None;
         shares.virtual_time = shares.virtual_time.max(start);
         // What this body was charged moves it back in line: less urgent bodies held behind
         // it may pass now.
-        let wakers = take_wakers(&mut shares, urgency);
-        drop(shares);
-        wakers.into_iter().for_each(Waker::wake);
+        wake_less_urgent(shares, urgency);
         Verdict::Pass
     }
 }
@@ -269,21 +264,21 @@ impl Drop for Ticket {
         let Some(entry) = shares.bodies.remove(&self.id) else {
             return;
         };
-        let wakers = take_wakers(&mut shares, entry.urgency);
-        drop(shares);
-        wakers.into_iter().for_each(Waker::wake);
+        wake_less_urgent(shares, entry.urgency);
     }
 }
 
-/// The wakers of the held bodies less urgent than `urgency` (the only ones a body of
-/// `urgency` can hold).
-fn take_wakers(shares: &mut Shares, urgency: u8) -> Vec<Waker> {
-    shares
+/// Wakes the held bodies less urgent than `urgency` (the only ones a body of `urgency` can
+/// hold), after releasing the lock.
+fn wake_less_urgent(mut shares: MutexGuard<'_, Shares>, urgency: u8) {
+    let wakers: Vec<Waker> = shares
         .bodies
         .values_mut()
         .filter(|entry| entry.urgency > urgency)
         .filter_map(|entry| entry.waker.take())
-        .collect()
+        .collect();
+    drop(shares);
+    wakers.into_iter().for_each(Waker::wake);
 }
 
 #[cfg(test)]

@@ -57,30 +57,23 @@ impl<B: Body> Body for GatedBody<B> {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.project();
         let Some(ticket) = this.ticket.as_ref() else {
-            return this
-                .inner
-                .poll_frame(cx)
-                .map_ok(|frame| frame.map_data(|mut data| data.copy_to_bytes(data.remaining())));
+            return this.inner.poll_frame(cx).map_ok(into_bytes);
         };
         let now = Instant::now();
-        ticket.polled(now);
         if this.rest.is_none() {
             match this.inner.poll_frame(cx) {
                 Poll::Pending => {
                     ticket.waiting(now);
                     return Poll::Pending;
                 }
-                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) if data.has_remaining() => *this.rest = Some(data),
-                    Ok(mut empty) => {
-                        return Poll::Ready(Some(Ok(Frame::data(empty.copy_to_bytes(0)))))
+                Poll::Ready(Some(Ok(frame))) => {
+                    if !frame.data_ref().is_some_and(Buf::has_remaining) {
+                        // Trailers or an empty DATA frame: nothing to share out.
+                        ticket.polled(now);
+                        return Poll::Ready(Some(Ok(into_bytes(frame))));
                     }
-                    Err(trailers) => {
-                        return Poll::Ready(Some(Ok(
-                            trailers.map_data(|mut data| data.copy_to_bytes(data.remaining()))
-                        )))
-                    }
-                },
+                    *this.rest = frame.into_data().ok();
+                }
                 Poll::Ready(Some(Err(error))) => {
                     *this.ticket = None;
                     return Poll::Ready(Some(Err(error)));
@@ -132,6 +125,11 @@ impl<B: Body> Body for GatedBody<B> {
         }
         hint
     }
+}
+
+/// `frame` with its data as `Bytes` (no copy when it already is).
+fn into_bytes<D: Buf>(frame: Frame<D>) -> Frame<Bytes> {
+    frame.map_data(|mut data| data.copy_to_bytes(data.remaining()))
 }
 
 #[cfg(test)]
