@@ -1,9 +1,10 @@
 //! The parameters a `priority` field value actually carries, for callers that must know
 //! which ones were present (a server's pinned response header), not only the result.
 
+use http::HeaderMap;
 use sfv::{BareItem, Dictionary, ListEntry, Parser};
 
-use crate::priority::{Priority, MAX_URGENCY};
+use crate::priority::{Priority, MAX_URGENCY, PRIORITY};
 
 /// The valid `u` and `i` members of one `priority` field value; `None` for a member that
 /// is absent or ignored (wrong type, out of range), as RFC 9218 §4 requires.
@@ -87,6 +88,47 @@ impl PriorityParams {
             }
         }
         params
+    }
+
+    /// Parses the `priority` header lines of `headers` (a response's, for what its server
+    /// pinned; [`Priority::from_headers`] reads a request's the same way).
+    ///
+    /// Several lines are combined into one list, joined by `", "`, before parsing, as
+    /// Structured Fields require (RFC 9651 §4.2), and as HTTP/2 peers see them. A line
+    /// that is not visible ASCII makes the whole field invalid: no parameters, as with no
+    /// header at all.
+    ///
+    /// ```
+    /// use http::{HeaderMap, HeaderValue};
+    /// use tower_priority::PriorityParams;
+    ///
+    /// let mut headers = HeaderMap::new();
+    /// headers.append("priority", HeaderValue::from_static("u=1"));
+    /// headers.append("priority", HeaderValue::from_static("i"));
+    /// let params = PriorityParams::from_headers(&headers);
+    /// assert_eq!((params.urgency, params.incremental), (Some(1), Some(true)));
+    ///
+    /// headers.append("priority", HeaderValue::from_static(""));
+    /// assert_eq!(PriorityParams::from_headers(&headers), PriorityParams::default());
+    /// ```
+    pub fn from_headers(headers: &HeaderMap) -> PriorityParams {
+        let mut lines = headers.get_all(PRIORITY).iter();
+        let Some(first) = lines.next() else {
+            return PriorityParams::default();
+        };
+        let Some(second) = lines.next() else {
+            // The common case: one line, no allocation.
+            return Self::parse(first.as_bytes());
+        };
+        let mut joined = Vec::with_capacity(first.len() + second.len() + 2);
+        joined.extend_from_slice(first.as_bytes());
+        for line in std::iter::once(second).chain(lines) {
+            // Always separate, even after an empty line: the combined value must be exactly
+            // what the peer's lines join to (an empty line makes it invalid).
+            joined.extend_from_slice(b", ");
+            joined.extend_from_slice(line.as_bytes());
+        }
+        Self::parse(&joined)
     }
 
     /// `base` (the client's priority) with the parameters present here replacing its own.

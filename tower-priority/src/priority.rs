@@ -73,11 +73,16 @@ impl Priority {
     /// Shared by the `&str` and header-value entry points; sfv rejects any non-ASCII byte.
     /// The member-level leniency lives in [`PriorityParams::parse`], so that the client's
     /// priority and a server's pinned parameters are read by one parser.
-    /// A client's `u-range` member is an unknown member like any other: ignored.
     pub(crate) fn parse_bytes(field_value: &[u8]) -> Priority {
+        Self::from_client_params(PriorityParams::parse(field_value))
+    }
+
+    /// A client's parameters over the defaults. A client's `u-range` member is an unknown
+    /// member like any other: ignored.
+    fn from_client_params(params: PriorityParams) -> Priority {
         PriorityParams {
             urgency_range: None,
-            ..PriorityParams::parse(field_value)
+            ..params
         }
         .apply_to(Priority::default())
     }
@@ -101,23 +106,7 @@ impl Priority {
     /// assert_eq!(Priority::from_headers(&HeaderMap::new()), Priority::default());
     /// ```
     pub fn from_headers(headers: &HeaderMap) -> Priority {
-        let mut lines = headers.get_all(PRIORITY).iter();
-        let Some(first) = lines.next() else {
-            return Priority::default();
-        };
-        let Some(second) = lines.next() else {
-            // The common case: one line, no allocation.
-            return Self::parse_bytes(first.as_bytes());
-        };
-        let mut joined = Vec::with_capacity(first.len() + second.len() + 2);
-        joined.extend_from_slice(first.as_bytes());
-        for line in std::iter::once(second).chain(lines) {
-            // Always separate, even after an empty line: the combined value must be exactly
-            // what the peer's lines join to (an empty line makes it invalid).
-            joined.extend_from_slice(b", ");
-            joined.extend_from_slice(line.as_bytes());
-        }
-        Self::parse_bytes(&joined)
+        Self::from_client_params(PriorityParams::from_headers(headers))
     }
 }
 

@@ -71,14 +71,8 @@ where
         let this = self.project();
         let response = ready!(this.inner.poll(cx))?;
         let ticket = this.gate.take().map(|(gate, requested)| {
-            let pinned = response
-                .headers()
-                .get_all(http::header::HeaderName::from_static("priority"))
-                .iter()
-                .fold(requested, |p, value| {
-                    PriorityParams::parse(value.as_bytes()).apply_to(p)
-                });
-            gate.register(pinned.urgency)
+            let effective = PriorityParams::from_headers(response.headers()).apply_to(requested);
+            gate.register(effective.urgency)
         });
         Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket))))
     }
