@@ -95,36 +95,32 @@ fn lab_loads_page_app_and_page_demo_from_stock_and_scheduled() {
     let (app_report, demo_report) = report
         .split_once("\npage-demo: ")
         .unwrap_or_else(|| panic!("no page-demo table: {report}"));
-    let app_rows = support::markdown_table(app_report, TABLE);
-    assert_eq!(app_rows.len(), 2, "{report}");
-    for row in app_rows {
-        let run = runs_of("page-app")
-            .into_iter()
-            .find(|r| r["case"] == row[0].as_str())
-            .unwrap_or_else(|| panic!("a page-app run of {}", row[0]));
-        assert_eq!(row[1], "1/1");
-        assert_eq!(
-            row[2],
-            one(run["lcp_ms"].as_f64().expect("LCP")),
-            "{report}"
-        );
-    }
-    // page-demo's columns: case, loads, load, API (the critical answer), bulk end.
-    let demo_rows = support::markdown_table(demo_report, TABLE);
-    assert_eq!(demo_rows.len(), 2, "{report}");
-    for row in demo_rows {
-        let run = demo
-            .iter()
-            .find(|r| r["case"] == row[0].as_str())
-            .unwrap_or_else(|| panic!("a page-demo run of {}", row[0]));
-        assert_eq!(row[1], "1/1");
-        assert_eq!(
-            row[3],
-            one(run["api_ms"].as_f64().expect("API")),
-            "{report}"
-        );
-        let bulk_end = run["bulk_end_ms"].as_f64().expect("bulk end");
-        assert_eq!(row[4], one(bulk_end), "{report}");
+    // page-app's columns: case, loads, LCP; page-demo's: case, loads, load, API (the
+    // critical answer), bulk end.
+    /// A table column and the run's figure it shows.
+    type Column<'a> = (usize, &'a str);
+    let tables: [(&str, &str, &[Column]); 2] = [
+        (app_report, "page-app", &[(2, "lcp_ms")]),
+        (
+            demo_report,
+            "page-demo",
+            &[(3, "api_ms"), (4, "bulk_end_ms")],
+        ),
+    ];
+    for (table, page, columns) in tables {
+        let rows = support::markdown_table(table, TABLE);
+        assert_eq!(rows.len(), 2, "{report}");
+        for row in rows {
+            let run = runs_of(page)
+                .into_iter()
+                .find(|r| r["case"] == row[0].as_str())
+                .unwrap_or_else(|| panic!("a {page} run of {}", row[0]));
+            assert_eq!(row[1], "1/1");
+            for &(column, key) in columns {
+                let ms = run[key].as_f64().unwrap_or_else(|| panic!("{key}: {run}"));
+                assert_eq!(row[column], one(ms), "{report}");
+            }
+        }
     }
     assert!(
         report.contains("`priority` request headers Chromium sent"),
