@@ -11,9 +11,9 @@
 //!
 //! DATA follows RFC 9218 §10 within an urgency (non-incremental responses one at a time,
 //! lowest stream id first; incremental ones round-robin, except above the default urgency,
-//! where they too go one at a time), and the urgencies share the link
-//! by weight, sixteen times the next less urgent one above the default urgency and twice
-//! from it down ([`shares`]), so that a long download never starves a less urgent response.
+//! where they too go one at a time), and the urgencies share the link by weight, sixteen
+//! times the next less urgent one above the default urgency and twice from it down
+//! ([`shares`]), so that a long download never starves a less urgent response.
 //!
 //! Barriers are modelled as epochs: frames queued between two SETTINGS frames form an
 //! epoch, only the oldest epoch is served, and its closing SETTINGS leaves last.
@@ -37,11 +37,7 @@ use crate::priorities::StreamPriorities;
 mod shares;
 
 pub(crate) use shares::cost_bits;
-
-/// Urgencies below this one (more urgent than RFC 9218's default, `u=3`) serve their
-/// incremental responses one at a time, like the non-incremental ones.
-const SEQUENTIAL_INCREMENTAL_BELOW: usize = 3;
-use shares::UrgencyShares;
+use shares::{UrgencyShares, DEFAULT_URGENCY};
 
 /// One schedulable unit: a frame, or a whole header block (HEADERS + CONTINUATIONs).
 #[derive(Debug, Clone)]
@@ -542,7 +538,7 @@ impl Scheduler {
         // element) done first beats all of them done late (browser lab, article: LCP 344 ms
         // against 472 round-robin; at `u=3` too, `load` went to 2.3x stock's, the page's
         // images waiting for a long fetch).
-        if urgency < SEQUENTIAL_INCREMENTAL_BELOW {
+        if urgency < usize::from(DEFAULT_URGENCY) {
             if let Some(&id) = level.first() {
                 return Some(id);
             }

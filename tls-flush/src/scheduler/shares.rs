@@ -32,9 +32,10 @@
 const URGENT_STEP_BITS: u32 = 4;
 /// log2 of the share a level at or below the default has over the next less urgent one: 2x.
 const BACKGROUND_STEP_BITS: u32 = 1;
-/// RFC 9218's default urgency (§4.1): where the steps change.
-const DEFAULT_URGENCY: u32 = 3;
-/// Past this virtual time every tag is moved back by it, so that the tags (up to 2^42 per
+/// RFC 9218's default urgency (§4.1): where the steps change, and below which incremental
+/// responses go one at a time (see the scheduler).
+pub(crate) const DEFAULT_URGENCY: u8 = 3;
+/// Past this virtual time every tag is moved back by it, so that the tags (up to 2^30 per
 /// frame at urgency 7) never saturate on a long-lived connection.
 const REBASE_AT: u64 = 1 << 62;
 /// The frame a level is charged for when it starts waiting: the largest DATA frame h2
@@ -96,8 +97,8 @@ impl UrgencyShares {
 /// summed, 0 for `u=0`, 12 for `u=3`, 16 for `u=7`.
 pub(crate) fn cost_bits(u: u8) -> u32 {
     let u = u32::from(u.min(7));
-    URGENT_STEP_BITS * u.min(DEFAULT_URGENCY)
-        + BACKGROUND_STEP_BITS * u.saturating_sub(DEFAULT_URGENCY)
+    let default = u32::from(DEFAULT_URGENCY);
+    URGENT_STEP_BITS * u.min(default) + BACKGROUND_STEP_BITS * u.saturating_sub(default)
 }
 
 /// `length` bytes at level `u`'s cost: `2^cost_bits(u)` per byte.
