@@ -17,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use examples::responses::{BG_LEN, CRITICAL_LEN};
 use support::Server;
+use tls_flush_testkit::CHROMIUM_FLAGS;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
@@ -27,25 +28,12 @@ const CHROMIUM: &str = "chromium";
 /// Bound for one whole test: server start, browser run, log collection.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Headless, no sandbox (the tests may run as root), no QUIC (the example serves TCP only),
-/// no certificate checks (a self-signed certificate), no background traffic; then
-/// `--dump-dom`: print the DOM once the page has settled.
-/// `--virtual-time-budget` makes headless Chromium wait for the page's pending network
-/// fetches (virtual time does not advance while they run) before dumping; once the page is
-/// idle the remaining budget elapses instantly, so a generous value costs nothing.
-const FLAGS: &[&str] = &[
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--ignore-certificate-errors",
-    "--virtual-time-budget=30000",
-    "--dump-dom",
-];
+/// With the shared [`CHROMIUM_FLAGS`] (no sandbox, no QUIC, no certificate checks, no
+/// background traffic): headless, then `--dump-dom`, print the DOM once the page has
+/// settled. `--virtual-time-budget` makes headless Chromium wait for the page's pending
+/// network fetches (virtual time does not advance while they run) before dumping; once the
+/// page is idle the remaining budget elapses instantly, so a generous value costs nothing.
+const FLAGS: &[&str] = &["--headless", "--virtual-time-budget=30000", "--dump-dom"];
 
 /// Hint for a page or log from an example binary older than this test (`cargo test -p
 /// examples --test browser` alone does not rebuild the examples).
@@ -142,6 +130,7 @@ fn collect(mut pipe: impl AsyncRead + Unpin + Send + 'static) -> JoinHandle<Vec<
 async fn dump_dom(url: &str, profile: &ProfileDir) -> String {
     let mut child = Command::new(CHROMIUM)
         .args(FLAGS)
+        .args(CHROMIUM_FLAGS)
         .arg(format!("--user-data-dir={}", profile.0.display()))
         .arg(url)
         .stdin(Stdio::null())

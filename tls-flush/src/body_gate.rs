@@ -300,6 +300,18 @@ mod tests {
 
     const CHUNK: usize = 16_384;
 
+    /// A gate and two bodies on it, registered in this order with these urgencies.
+    fn two_bodies(first: u8, second: u8) -> (BodyGate, Ticket, Ticket) {
+        let gate = BodyGate::default();
+        let (first, second) = (gate.register(first), gate.register(second));
+        (gate, first, second)
+    }
+
+    /// The verdict on a chunk held until `recheck_at`.
+    fn held(recheck_at: Instant) -> Verdict {
+        Verdict::Held { recheck_at }
+    }
+
     /// Offers chunks of both bodies alternately for as long as either may send, `rounds`
     /// times, and returns how many chunks each sent.
     fn race(urgent: &Ticket, bulk: &Ticket, rounds: usize) -> (usize, usize) {
@@ -319,9 +331,7 @@ mod tests {
 
     #[test]
     fn one_urgency_level_above_the_default_is_worth_sixteen_times_the_bytes() {
-        let gate = BodyGate::default();
-        let urgent = gate.register(2);
-        let bulk = gate.register(3);
+        let (_, urgent, bulk) = two_bodies(2, 3);
         let (u, b) = race(&urgent, &bulk, 1700);
         assert_eq!(u, 1700);
         // 16 urgent chunks per bulk chunk, give or take the first.
@@ -330,17 +340,13 @@ mod tests {
 
     #[test]
     fn bodies_of_one_urgency_never_hold_each_other() {
-        let gate = BodyGate::default();
-        let first = gate.register(3);
-        let second = gate.register(3);
+        let (_, first, second) = two_bodies(3, 3);
         assert_eq!(race(&first, &second, 100), (100, 100));
     }
 
     #[test]
     fn a_less_urgent_body_never_holds_a_more_urgent_one() {
-        let gate = BodyGate::default();
-        let bulk = gate.register(5);
-        let urgent = gate.register(0);
+        let (_, bulk, urgent) = two_bodies(5, 0);
         let (waker, _) = waker();
         for _ in 0..100 {
             assert_eq!(bulk.offer(CHUNK, Instant::now(), &waker), Verdict::Pass);
@@ -352,47 +358,28 @@ mod tests {
 
     #[test]
     fn a_body_waiting_on_its_source_holds_nothing_back() {
-        let gate = BodyGate::default();
-        let urgent = gate.register(0);
-        let bulk = gate.register(3);
+        let (_, urgent, bulk) = two_bodies(0, 3);
         let (waker, _) = waker();
         let now = Instant::now();
         assert_eq!(urgent.offer(CHUNK, now, &waker), Verdict::Pass);
         assert!(bulk.offer(CHUNK, now, &waker).is_held());
         urgent.waiting(now);
         // A file read's worth of grace, then nothing.
-        assert_eq!(
-            bulk.offer(CHUNK, now, &waker),
-            Verdict::Held {
-                recheck_at: now + WAIT_GRACE
-            }
-        );
+        assert_eq!(bulk.offer(CHUNK, now, &waker), held(now + WAIT_GRACE));
         assert_eq!(bulk.offer(CHUNK, now + WAIT_GRACE, &waker), Verdict::Pass);
     }
 
     #[test]
     fn a_stalled_body_holds_back_until_it_is_stale() {
-        let gate = BodyGate::default();
-        let urgent = gate.register(0);
-        let bulk = gate.register(3);
+        let (_, urgent, bulk) = two_bodies(0, 3);
         let (waker, _) = waker();
         let now = Instant::now();
         assert_eq!(urgent.offer(CHUNK, now, &waker), Verdict::Pass);
-        assert_eq!(
-            bulk.offer(CHUNK, now, &waker),
-            Verdict::Held {
-                recheck_at: now + STALE_AFTER
-            }
-        );
+        assert_eq!(bulk.offer(CHUNK, now, &waker), held(now + STALE_AFTER));
         // Polled again (h2 took its chunk): it holds back longer.
         let later = now + STALE_AFTER / 2;
         urgent.polled(later);
-        assert_eq!(
-            bulk.offer(CHUNK, later, &waker),
-            Verdict::Held {
-                recheck_at: later + STALE_AFTER
-            }
-        );
+        assert_eq!(bulk.offer(CHUNK, later, &waker), held(later + STALE_AFTER));
         assert_eq!(
             bulk.offer(CHUNK, later + STALE_AFTER, &waker),
             Verdict::Pass
@@ -401,9 +388,7 @@ mod tests {
 
     #[test]
     fn ending_or_sending_wakes_the_held_bodies() {
-        let gate = BodyGate::default();
-        let urgent = gate.register(1);
-        let bulk = gate.register(3);
+        let (gate, urgent, bulk) = two_bodies(1, 3);
         let (held_waker, wakes) = waker();
         let now = Instant::now();
         assert_eq!(urgent.offer(CHUNK, now, &held_waker), Verdict::Pass);
@@ -420,9 +405,7 @@ mod tests {
 
     #[test]
     fn a_body_that_was_idle_cannot_claim_its_idle_time() {
-        let gate = BodyGate::default();
-        let urgent = gate.register(2);
-        let bulk = gate.register(3);
+        let (_, urgent, bulk) = two_bodies(2, 3);
         let (waker, _) = waker();
         // The download sends alone for a while...
         for _ in 0..64 {

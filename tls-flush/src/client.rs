@@ -207,7 +207,7 @@ mod sealed {
     impl<IO> Sealed for tokio_rustls::client::TlsStream<IO> {}
     impl Sealed for tokio::net::TcpStream {}
     #[cfg(test)]
-    impl Sealed for super::tests::Faulty {}
+    impl Sealed for crate::test_io::LimitedSink {}
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> ClientTransport for tokio_rustls::client::TlsStream<IO> {

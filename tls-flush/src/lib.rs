@@ -57,6 +57,8 @@ mod serve;
 mod socket;
 mod stats;
 mod stream;
+#[cfg(test)]
+mod test_io;
 mod timer;
 mod transport;
 mod write_path;

@@ -190,7 +190,9 @@ pub async fn serve_connection<S: HttpService>(
 ) -> io::Result<StatsSnapshot> {
     let settings = Settings::default();
     let builder = http_builder(&settings, &config);
-    run_connection(tcp, acceptor, config, service, &settings, &builder, None).await
+    let peer = tcp.peer_addr().ok();
+    let connection = run_connection(tcp, acceptor, config, service, &settings, &builder, None);
+    logged(peer, connection).await
 }
 
 /// Accepts TLS connections on `listener` and serves each with `service` on its own task,
@@ -577,7 +579,8 @@ async fn run_connection_owned<S: HttpService>(
     builder: Arc<auto::Builder<TokioExecutor>>,
     shutdown: watch::Receiver<bool>,
 ) {
-    let _ = run_connection(
+    let peer = tcp.peer_addr().ok();
+    let connection = run_connection(
         tcp,
         acceptor,
         config,
@@ -585,35 +588,30 @@ async fn run_connection_owned<S: HttpService>(
         &settings,
         &builder,
         Some(shutdown),
-    )
-    .await;
+    );
+    let _ = logged(peer, connection).await;
 }
 
-/// One connection, from the accepted TCP stream to its end. Logs its outcome at debug level.
-async fn run_connection<S: HttpService>(
-    tcp: TcpStream,
-    acceptor: TlsAcceptor,
-    config: FlushConfig,
-    service: S,
-    settings: &Settings,
-    builder: &auto::Builder<TokioExecutor>,
-    shutdown: Option<watch::Receiver<bool>>,
+/// `connection` (a [`run_connection`]) in a span naming its peer. Logs its outcome at debug
+/// level.
+async fn logged(
+    peer: Option<SocketAddr>,
+    connection: impl Future<Output = io::Result<StatsSnapshot>>,
 ) -> io::Result<StatsSnapshot> {
-    let span = tracing::debug_span!("tls-flush", peer = ?tcp.peer_addr().ok());
     async move {
-        let result =
-            connection_inner(tcp, acceptor, config, service, settings, builder, shutdown).await;
+        let result = connection.await;
         match &result {
             Ok(stats) => debug!(counters = ?stats, "closed"),
             Err(err) => debug!(error = %err, "connection failed"),
         }
         result
     }
-    .instrument(span)
+    .instrument(tracing::debug_span!("tls-flush", peer = ?peer))
     .await
 }
 
-async fn connection_inner<S: HttpService>(
+/// One connection, from the accepted TCP stream to its end; see [`logged`] for its outcome.
+async fn run_connection<S: HttpService>(
     tcp: TcpStream,
     acceptor: TlsAcceptor,
     config: FlushConfig,
@@ -787,11 +785,17 @@ struct Tracked<T> {
     clock: Arc<ActivityClock>,
 }
 
-impl<T> Tracked<T> {
-    /// A write's result, after touching the clock if it moved a byte.
-    fn wrote(&self, res: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+impl<T: Unpin> Tracked<T> {
+    /// Passes a read or a write to the stream (`call` returns how many bytes it moved),
+    /// touching the clock if it moved any.
+    fn track(
+        self: Pin<&mut Self>,
+        call: impl FnOnce(Pin<&mut T>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let res = call(Pin::new(&mut this.io));
         if matches!(res, Poll::Ready(Ok(n)) if n > 0) {
-            self.clock.touch();
+            this.clock.touch();
         }
         res
     }
@@ -803,13 +807,12 @@ impl<T: AsyncRead + Unpin> AsyncRead for Tracked<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
         let before = buf.filled().len();
-        let res = Pin::new(&mut this.io).poll_read(cx, buf);
-        if matches!(res, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.clock.touch();
-        }
-        res
+        let read = self.track(|io| {
+            let res = io.poll_read(cx, buf);
+            res.map_ok(|()| buf.filled().len().saturating_sub(before))
+        });
+        read.map_ok(|_| ())
     }
 }
 
@@ -819,9 +822,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let res = Pin::new(&mut this.io).poll_write(cx, buf);
-        this.wrote(res)
+        self.track(|io| io.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -829,9 +830,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let res = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.wrote(res)
+        self.track(|io| io.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {

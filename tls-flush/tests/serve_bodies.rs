@@ -28,6 +28,7 @@ use hyper_util::service::TowerToHyperService;
 use serve_support::*;
 use tls_flush::FlushConfig;
 use tls_flush_testkit::frame::{parse_frames_lenient, DATA};
+use tls_flush_testkit::poll_read_observed;
 use tls_flush_testkit::tls::connect_as_localhost;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -102,18 +103,14 @@ struct ReadTap<T> {
 
 impl<T: AsyncRead + Unpin> AsyncRead for ReadTap<T> {
     fn poll_read(
-        self: Pin<&mut Self>,
+        mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        std::task::ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
-        this.read
-            .lock()
-            .unwrap()
-            .extend_from_slice(&buf.filled()[before..]);
-        Poll::Ready(Ok(()))
+        let ReadTap { io, read } = &mut *self;
+        poll_read_observed(io, cx, buf, |new| {
+            read.lock().unwrap().extend_from_slice(new)
+        })
     }
 }
 

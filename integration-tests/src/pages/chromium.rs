@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 use rustls::pki_types::CertificateDer;
 use rustls::server::ParsedCertificate;
 use sha2::{Digest, Sha256};
+use tls_flush_testkit::CHROMIUM_FLAGS;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 use tokio::sync::oneshot;
@@ -33,23 +34,14 @@ pub const CHROMIUM: &str = "chromium";
 /// What to do when [`CHROMIUM`] is missing.
 const INSTALL_HINT: &str = "install it with scripts/install-test-tools.sh";
 
-/// Headless (the new headless mode: the full browser without a window); no sandbox (the
-/// lab may run as root); no GPU; no QUIC (the servers speak TCP only); none of the
-/// browser's own background traffic (component updates, sync, default apps, first-run
-/// pages); certificates not checked (the servers' are self-signed; see also
-/// [`Launch::trusted_spki`]); the DevTools endpoint on a free port, printed on stderr. No
-/// virtual-time flag: virtual time distorts every timing.
+/// With the shared [`CHROMIUM_FLAGS`] (no sandbox, GPU, QUIC or background traffic;
+/// certificates not checked, see also [`Launch::trusted_spki`]): headless (the new headless
+/// mode: the full browser without a window); no default apps either; the DevTools endpoint
+/// on a free port, printed on stderr. No virtual-time flag: virtual time distorts every
+/// timing.
 const FLAGS: &[&str] = &[
     "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
     "--disable-default-apps",
-    "--ignore-certificate-errors",
     "--remote-debugging-port=0",
     // A laptop's window, so that what is above the fold does not depend on the headless
     // default (the viewport is 1280x713 CSS pixels in Chromium 156).
@@ -127,6 +119,7 @@ impl Launch {
         };
         command
             .args(FLAGS)
+            .args(CHROMIUM_FLAGS)
             .arg(format!("--user-data-dir={}", profile.0.display()));
         if !self.trusted_spki.is_empty() {
             command.arg(format!(

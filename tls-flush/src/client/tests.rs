@@ -1,80 +1,18 @@
 //! The coalescer over a fault-injecting transport: whatever the write sizes, partial writes
 //! and `Pending`s, the bytes out are the bytes in, in order, each once.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use proptest::prelude::*;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 
 use super::{ClientTransport, FirstFlightConfig, FlushClientStream, Release};
 use crate::frame::{
     encoded_frame, CLIENT_PREFACE, DATA, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS, SETTINGS,
 };
+use crate::test_io::LimitedSink;
 
-/// A transport that takes at most `limits[i]` bytes on its i-th write (0: `Pending`, then
-/// the next limit), and records each write.
-#[derive(Debug, Default)]
-pub(crate) struct Faulty {
-    limits: Vec<usize>,
-    next: usize,
-    pub(crate) out: Vec<u8>,
-    pub(crate) writes: Vec<usize>,
-    flushes: usize,
-}
-
-impl Faulty {
-    fn limit(&mut self) -> usize {
-        let limit = self.limits.get(self.next).copied().unwrap_or(usize::MAX);
-        self.next += 1;
-        limit
-    }
-}
-
-impl AsyncRead for Faulty {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        _buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl AsyncWrite for Faulty {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        match this.limit() {
-            0 => {
-                cx.waker().wake_by_ref();
-                Poll::Pending
-            }
-            limit => {
-                let n = buf.len().min(limit);
-                this.out.extend_from_slice(&buf[..n]);
-                this.writes.push(n);
-                Poll::Ready(Ok(n))
-            }
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.get_mut().flushes += 1;
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl ClientTransport for Faulty {}
+impl ClientTransport for LimitedSink {}
 
 /// h2's first flight for a GET: preface, SETTINGS, WINDOW_UPDATE, HEADERS (END_STREAM).
 fn get_flight() -> Vec<u8> {
@@ -98,13 +36,9 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Writes `input` cut at `cuts`, then a flush and a shutdown.
-fn run(input: &[u8], cuts: &[usize], limits: Vec<usize>, config: FirstFlightConfig) -> Faulty {
+fn run(input: &[u8], cuts: &[usize], limits: Vec<usize>, config: FirstFlightConfig) -> LimitedSink {
     runtime().block_on(async {
-        let inner = Faulty {
-            limits,
-            ..Faulty::default()
-        };
-        let mut stream = FlushClientStream::with_config(inner, config);
+        let mut stream = FlushClientStream::with_config(LimitedSink::with_limits(limits), config);
         let mut rest = input;
         for &cut in cuts {
             let (now, later) = rest.split_at(cut.min(rest.len()));
@@ -126,7 +60,7 @@ fn first_flight_of_separate_writes_is_one_write() {
     let mut rest = &flight[..];
     let rt = runtime();
     rt.block_on(async {
-        let mut stream = FlushClientStream::new(Faulty::default());
+        let mut stream = FlushClientStream::new(LimitedSink::default());
         for &cut in &cuts {
             let (now, later) = rest.split_at(cut - (flight.len() - rest.len()));
             stream.write_all(now).await.unwrap();
@@ -151,7 +85,7 @@ fn first_flight_of_separate_writes_is_one_write() {
 #[test]
 fn a_lone_preface_leaves_when_the_hold_expires() {
     runtime().block_on(async {
-        let mut stream = FlushClientStream::new(Faulty::default());
+        let mut stream = FlushClientStream::new(LimitedSink::default());
         let mut preface = CLIENT_PREFACE.to_vec();
         preface.extend(encoded_frame(SETTINGS, 0, 0, &[]));
         stream.write_all(&preface).await.unwrap();

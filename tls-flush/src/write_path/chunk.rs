@@ -90,60 +90,9 @@ impl Chunk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_io::LimitedSink;
 
-    /// Takes at most `max` bytes per call, optionally without vectored writes.
-    struct Sink {
-        out: Vec<u8>,
-        max: usize,
-        vectored: bool,
-        calls: usize,
-    }
-
-    impl AsyncWrite for Sink {
-        fn poll_write(
-            mut self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            buf: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            let n = buf.len().min(self.max);
-            self.out.extend_from_slice(&buf[..n]);
-            self.calls += 1;
-            Poll::Ready(Ok(n))
-        }
-
-        fn poll_write_vectored(
-            mut self: Pin<&mut Self>,
-            cx: &mut Context<'_>,
-            bufs: &[IoSlice<'_>],
-        ) -> Poll<io::Result<usize>> {
-            if !self.vectored {
-                let buf = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| b);
-                return self.poll_write(cx, buf);
-            }
-            let mut left = self.max;
-            for b in bufs {
-                let n = b.len().min(left);
-                self.out.extend_from_slice(&b[..n]);
-                left -= n;
-            }
-            self.calls += 1;
-            Poll::Ready(Ok(self.max - left))
-        }
-
-        fn is_write_vectored(&self) -> bool {
-            self.vectored
-        }
-
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Ready(Ok(()))
-        }
-    }
-
-    fn write_all(chunk: &mut Chunk, sink: &mut Sink) {
+    fn write_all(chunk: &mut Chunk, sink: &mut LimitedSink) {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
         let mut written = 0;
@@ -171,16 +120,11 @@ mod tests {
                     expected.extend_from_slice(&part);
                     chunk.push(Bytes::from(part));
                 }
-                let mut sink = Sink {
-                    out: Vec::new(),
-                    max,
-                    vectored: true,
-                    calls: 0,
-                };
+                let mut sink = LimitedSink::capped(max, true);
                 write_all(&mut chunk, &mut sink);
                 assert_eq!(sink.out, expected, "{parts} parts, max {max}");
                 if max >= expected.len() {
-                    assert_eq!(sink.calls, 1, "one call for the whole chunk");
+                    assert_eq!(sink.writes.len(), 1, "one call for the whole chunk");
                 }
             }
         }
@@ -195,16 +139,11 @@ mod tests {
                 chunk.push(Bytes::new());
                 chunk.push(Bytes::from_static(b"defgh"));
                 chunk.push(Bytes::from_static(b"ij"));
-                let mut sink = Sink {
-                    out: Vec::new(),
-                    max,
-                    vectored,
-                    calls: 0,
-                };
+                let mut sink = LimitedSink::capped(max, vectored);
                 write_all(&mut chunk, &mut sink);
                 assert_eq!(sink.out, b"abcdefghij", "vectored {vectored}, max {max}");
                 if max >= 10 {
-                    assert_eq!(sink.calls, 1, "one call for the whole chunk");
+                    assert_eq!(sink.writes.len(), 1, "one call for the whole chunk");
                 }
                 chunk.clear();
                 assert!(chunk.is_empty());

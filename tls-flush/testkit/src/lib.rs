@@ -21,6 +21,7 @@
 //! | [`checks`] | the invariants checked on the recorded output and on the counters |
 //! | [`observe`] | [`poll_read_observed`], a read that hands the new bytes to a callback |
 //! | [`alloc`] | [`CountingAlloc`], a counting global allocator for the memory bounds |
+//! | [`chromium`] | [`CHROMIUM_FLAGS`], the flags of the browser tests' headless Chromium |
 //! | [`knobs`] | [`Knobs`], a write case's `FlushConfig` |
 //! | [`input`] | [`Input`], the hand-written fuzz input decoder |
 //! | [`cases`] | the building blocks of the deterministic pipeline cases |
@@ -41,6 +42,7 @@
 pub mod alloc;
 pub mod cases;
 pub mod checks;
+pub mod chromium;
 pub mod driver;
 pub mod frame;
 pub mod frame_gen;
@@ -71,6 +73,7 @@ pub use checks::{
     follows_header_grammar, inverted_data_frames, largest_header_unit, match_frames,
     unfinished_block_at_end, CounterBounds, OutputEnd,
 };
+pub use chromium::CHROMIUM_FLAGS;
 pub use driver::{Harness, Stream};
 pub use frame::*;
 pub use hpack::{hpack_int, hpack_string, literal, request_block, response_block};
