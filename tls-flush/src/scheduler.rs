@@ -475,6 +475,26 @@ impl Scheduler {
         Some((unit, Popped { overtook }))
     }
 
+    /// The stream of the unit `pop` would return next (0 for a connection frame); `None`
+    /// when nothing can go next.
+    pub(crate) fn next_stream_id(&mut self, priorities: &mut StreamPriorities) -> Option<u32> {
+        match self.ordering {
+            Ordering::InOrder => self.fifo.front().map(|f| f.header.stream_id),
+            Ordering::Rfc9218 => {
+                self.sync(priorities);
+                let epoch = self.epochs.front()?;
+                if !epoch.conn.is_empty() {
+                    return Some(0);
+                }
+                // A drained epoch's barrier goes next: not a stream's unit to batch with.
+                if epoch.is_drained() {
+                    return None;
+                }
+                Self::next_stream(epoch, &self.round_robin, &self.shares)
+            }
+        }
+    }
+
     /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
     pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
         match self.ordering {

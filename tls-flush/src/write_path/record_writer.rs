@@ -634,6 +634,16 @@ impl WritePath {
             self.reset_after_idle(config);
         }
         let target = self.target(config);
+        // Set once an urgent response ended in the chunk and the next unit is urgent too:
+        // the cut then comes after the batch (see `batches_next_urgent`).
+        let mut cut_after_batch = false;
+        let ends = |cut_after_batch: bool, filled: Filled| {
+            if cut_after_batch {
+                Filled::Cut
+            } else {
+                filled
+            }
+        };
         while self.writer.chunk.len() < target {
             let (frame, at, class) = match self.writer.current.take() {
                 Some(current) => current,
@@ -643,14 +653,14 @@ impl WritePath {
                         return Filled::AsFarAsPossible;
                     }
                     if self.hold_for_urgent(config, priorities, mode) {
-                        return Filled::Held;
+                        return ends(cut_after_batch, Filled::Held);
                     }
                     if self.urgent_data_next(config, priorities) {
-                        return Filled::BeforeUrgent;
+                        return ends(cut_after_batch, Filled::BeforeUrgent);
                     }
                     match self.next_unit(config, priorities) {
                         Some(next) => next,
-                        None => return Filled::AsFarAsPossible,
+                        None => return ends(cut_after_batch, Filled::AsFarAsPossible),
                     }
                 }
             };
@@ -675,17 +685,48 @@ impl WritePath {
             w.chunk.push(frame.bytes.slice(at..at + n));
             if at + n < frame.bytes.len() {
                 w.current = Some((frame, at + n, class));
-                return Filled::AsFarAsPossible;
+                return ends(cut_after_batch, Filled::AsFarAsPossible);
             }
             let urgent = self.ends_record(config, priorities, &frame);
             if frame.ends_stream {
                 priorities.close(frame.header.stream_id);
             }
             if urgent {
-                return Filled::Cut;
+                if !self.batches_next_urgent(config, priorities) {
+                    return Filled::Cut;
+                }
+                cut_after_batch = true;
             }
         }
-        Filled::AsFarAsPossible
+        ends(cut_after_batch, Filled::AsFarAsPossible)
+    }
+
+    /// After an urgent response's last frame: true when the next unit belongs to an urgent
+    /// stream too and the record has room for it, so that urgent responses ready in the
+    /// same turn share one record and one flush (a cut and a flush per 4 KiB response cost
+    /// 10-17% of request throughput under h2load). Where the path paces, the batch stops at
+    /// the urgent cut's payload size, so the first response's record waits at most that
+    /// many bytes' wire time for the others; on an unpaced path (loopback, a LAN) it fills
+    /// the record. Nothing less urgent joins: the cut still follows the batch's last
+    /// urgent frame.
+    fn batches_next_urgent(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+    ) -> bool {
+        let Some(cut) = config.urgent_cut else {
+            return false;
+        };
+        let room = if self.writer.budget.is_unpaced() {
+            self.target(config)
+        } else {
+            cut.max_payload
+        };
+        self.writer.chunk.len() < room
+            && self
+                .scheduler
+                .next_stream_id(priorities)
+                .is_some_and(|stream| is_urgent_stream(config, priorities, stream))
     }
 
     /// Dynamic record sizes start small again after an idle gap.

@@ -1,6 +1,6 @@
 //! Where records end and how they are written. An urgent small DATA frame ends its record
 //! (the early cut), which is flushed at once even through a transport that buffers without
-//! saying so; the connection's first flight waits for the first DATA to share its record; on
+//! saying so, and urgent responses ready together share one cut; the connection's first flight waits for the first DATA to share its record; on
 //! a path the write budget does not pace, bulk DATA leaves in writes of four full records,
 //! also across h2's flush after every frame; behind a full window the rest of a bulk frame
 //! begun does not wait ahead of a more urgent one.
@@ -80,6 +80,57 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
     assert_eq!(w.event_summary(), (urgent_end, Some(urgent_end)));
     drop(w);
     assert_eq!(h.stats().early_cuts, 1);
+    h.settle().unwrap();
+    h.shutdown().unwrap();
+    assert_eq!(h.output().len(), HEADER_LEN + burst.len());
+}
+
+/// Urgent responses ready in the same turn share one record and one flush: the cut comes
+/// right after the last of them, and the less urgent response's DATA is not in it (its
+/// header block is: header blocks leave in HPACK order, as without the batch).
+#[test]
+fn urgent_responses_ready_together_share_one_cut() {
+    let mut h = recording(
+        Policy::Scheduled,
+        Buffering::Silent,
+        &[(1, Some("u=0")), (3, Some("u=0")), (5, Some("u=5"))],
+    );
+    h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+    h.settle().unwrap();
+    let before = h.wire.borrow().events.len();
+    let burst = encode_all(&[
+        response_headers(1),
+        data(1, 0, 100, true),
+        response_headers(3),
+        data(3, 0, 100, true),
+        response_headers(5),
+        data(5, 0, 100, false),
+    ]);
+    h.write_all(&burst).unwrap();
+    let end = HEADER_LEN + 3 * (HEADER_LEN + 1) + 2 * (HEADER_LEN + 100);
+    let w = h.wire.borrow();
+    assert_eq!(
+        w.events[before..],
+        [
+            Event::Write {
+                from: HEADER_LEN,
+                to: end
+            },
+            Event::Flush { flushed: end }
+        ],
+        "one record, flushed once, must hold both urgent responses and end right after \
+         the second; transport events: {:?}",
+        w.events
+    );
+    // The record's last frame is stream 3's DATA (type 0, stream id 3).
+    let last = &w.accepted[end - (HEADER_LEN + 100)..];
+    assert_eq!((last[3], &last[5..9]), (0, &3u32.to_be_bytes()[..]));
+    drop(w);
+    assert_eq!(
+        h.stats().early_cuts,
+        1,
+        "one cut for the batch, not one per response"
+    );
     h.settle().unwrap();
     h.shutdown().unwrap();
     assert_eq!(h.output().len(), HEADER_LEN + burst.len());
