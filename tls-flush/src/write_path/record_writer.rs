@@ -114,6 +114,19 @@ pub(super) struct RecordWriter {
     first_flight: FirstFlight,
     /// Some DATA (or a response without any) was put into a record on this connection.
     data_begun: bool,
+    downstream: Downstream,
+}
+
+/// Whether the transport took the last bytes the writer offered it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum Downstream {
+    /// It took them, or it is ready for more (or nothing was offered yet).
+    #[default]
+    Taking,
+    /// It returned `Pending` and has not been ready since: the socket is full (a client that stopped reading, or one
+    /// slower than the server), and the queue admits less (see
+    /// [`super::BLOCKED_SOFT_LIMIT`]).
+    Blocked,
 }
 
 impl Default for RecordWriter {
@@ -133,6 +146,7 @@ impl Default for RecordWriter {
             pace_timer: Timer::default(),
             first_flight: FirstFlight::Open,
             data_begun: false,
+            downstream: Downstream::Taking,
         }
     }
 }
@@ -197,6 +211,16 @@ impl RecordWriter {
         self.holds_bulk = false;
         self.state = if cut { State::Flushing } else { Self::fresh() };
         len
+    }
+
+    /// True when the write budget's last read found the path unpaced (loopback, a LAN).
+    pub(super) fn is_unpaced(&self) -> bool {
+        self.budget.is_unpaced()
+    }
+
+    /// Whether the transport took the last bytes offered to it.
+    pub(super) fn downstream(&self) -> Downstream {
+        self.downstream
     }
 
     /// The record being built has had its one wait.
@@ -277,7 +301,7 @@ impl WritePath {
             // Keep the downstream shallow: nothing new while the TLS layer still holds
             // ciphertext, and a cut record is pushed through before anything else.
             if io.has_buffered_output() || self.writer.state == State::Flushing {
-                ready!(Pin::new(&mut *io).poll_flush(cx))?;
+                ready!(self.blocks(Pin::new(&mut *io).poll_flush(cx)))?;
                 if self.writer.state == State::Flushing {
                     self.writer.state = RecordWriter::fresh();
                 }
@@ -289,7 +313,7 @@ impl WritePath {
             if self.writer.current.is_some() || self.scheduler.queued_bytes() > 0 {
                 // Decide what goes next only when the socket can take it, so that a frame
                 // arriving meanwhile still competes.
-                ready!(io.poll_write_ready(cx))?;
+                ready!(self.blocks(io.poll_write_ready(cx)))?;
                 if self.paced(cx, io, config, priorities, mode) {
                     return Poll::Ready(Ok(()));
                 }
@@ -328,6 +352,16 @@ impl WritePath {
         }
     }
 
+    /// Passes `poll` on, noting whether the transport is blocked (`Pending`) or can take
+    /// bytes again.
+    fn blocks(&mut self, poll: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+        self.writer.downstream = match poll {
+            Poll::Pending => Downstream::Blocked,
+            Poll::Ready(_) => Downstream::Taking,
+        };
+        poll
+    }
+
     /// Writes the sealed chunk; `Ready(Ok)` once all of it is with the transport.
     fn write_record<T: Transport>(
         &mut self,
@@ -339,10 +373,15 @@ impl WritePath {
         let State::Writing { written, cut } = w.state else {
             return Poll::Ready(Ok(()));
         };
-        let n = ready!(w.chunk.poll_write_from(cx, io, written))?;
+        let Poll::Ready(n) = w.chunk.poll_write_from(cx, io, written) else {
+            w.downstream = Downstream::Blocked;
+            return Poll::Pending;
+        };
+        let n = n?;
         if n == 0 {
             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
         }
+        w.downstream = Downstream::Taking;
         if written + n < w.chunk.len() {
             w.state = State::Writing {
                 written: written + n,

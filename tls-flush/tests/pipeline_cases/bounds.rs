@@ -1,17 +1,18 @@
-//! The hard limit as a bound on memory. What is queued stays within the hard limit plus one
-//! header block: a header block, once begun, is taken whole and counted while it is open
+//! The hard limit as a bound on memory, and a blocked transport's smaller soft limit. What
+//! is queued stays within the hard limit plus one header block: a header block, once begun, is taken whole and counted while it is open
 //! (refusing a CONTINUATION could never make room), so one larger than the limit still gets
 //! through; a DATA frame larger than the limit is never held whole but written through in
 //! pieces, nothing else coming between them.
 
 use std::task::Poll;
+use std::time::Duration;
 
 use tls_flush::Policy;
 use tls_flush_testkit::{
     blocked_scheduled, check_control_not_overtaken, check_header_blocks, client_with_requests,
     comparable_preset, data, delivered, encode_all, header_block, match_frames, parse_frames,
-    response_block, response_headers, settings_frame, started, Buffering, Frame, Harness, Step,
-    Wire,
+    response_block, response_headers, settings_frame, started, Buffering, Frame, Harness,
+    SimulatedPath, Step, Wire,
 };
 
 /// Writes `frames` one `poll_write` at a time into a blocked transport until the wrapper
@@ -81,6 +82,57 @@ fn hard_limit_counts_an_unfinished_header_block() {
         "queued_bytes_high_water = {} > hard limit {hard} + block {block_len}",
         s.queued_bytes_high_water
     );
+}
+
+/// A transport that takes nothing (a client that stopped reading) on a path the write
+/// budget does not pace (loopback, a LAN) gets a few records queued, not the soft limit:
+/// with 256 KiB configured, a 640 KiB download is refused once about 32 KiB wait (the
+/// wrapper's blocked soft limit), and h2 keeps the rest. Once the transport takes bytes
+/// again, every byte is delivered, in order.
+#[test]
+fn a_blocked_transport_queues_a_few_records_not_the_soft_limit() {
+    const BLOCKED_SOFT_LIMIT: usize = 32 * 1024;
+    let soft = 256 * 1024;
+    let mut wire = Wire::open(Buffering::Off, client_with_requests(&[(1, None)]));
+    wire.path = Some(SimulatedPath {
+        cwnd: 10_000,
+        mss: 65_483,
+        min_rtt: Duration::from_micros(50),
+        delivery_rate: 0,
+        ssthresh: 0,
+        acked_per_read: 1 << 30,
+    });
+    let mut h = started(
+        comparable_preset(Policy::Scheduled)
+            .soft_limit(soft)
+            .hard_limit(1 << 20),
+        wire,
+    );
+    let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+    input.extend((0..40).map(|i| data(1, i, 16 * 1024, i == 39)));
+    // The download starts while the client reads, then the client stops.
+    let first: usize = input[..3].iter().map(Frame::wire_len).sum();
+    h.write_all(&encode_all(&input[..3])).unwrap();
+    h.flush().unwrap();
+    h.set_blocked(true);
+
+    let (done, partial) = absorb_until_refused(&mut h, &input[3..]);
+    let taken: usize = input[3..3 + done]
+        .iter()
+        .map(Frame::wire_len)
+        .sum::<usize>()
+        + partial;
+    assert!(3 + done < input.len(), "the whole download was taken");
+    assert!(
+        h.stats().queued_bytes as usize <= BLOCKED_SOFT_LIMIT + 16 * 1024 + 9,
+        "{} bytes queued behind a blocked transport (soft limit {soft})",
+        h.stats().queued_bytes
+    );
+
+    h.set_blocked(false);
+    let all = encode_all(&input);
+    h.write_all(&all[first + taken..]).unwrap();
+    delivered(&mut h, &input);
 }
 
 /// A header block larger than the hard limit must still get through (h2 writes a block's
