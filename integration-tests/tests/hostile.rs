@@ -55,6 +55,8 @@ fn soft_limit(policy: &str) -> u64 {
         36 << 10
     }
 }
+/// What the wrapper queues for a reader that stopped, on loopback: two full records.
+const STALLED_QUEUE: u64 = 2 * 16384;
 /// PRIORITY_UPDATE frames the wrapper keeps for streams not open yet (default).
 const MAX_EARLY_UPDATES: u64 = 128;
 /// The largest frame hyper's h2 writes: 16 KiB payload (the client's SETTINGS_MAX_FRAME_SIZE
@@ -300,8 +302,16 @@ async fn memory_bounded(policy: Policy) {
         "{name}: queue high water {} > {queue_limit} + one frame",
         s.queued_bytes_high_water,
     );
+    // Half the soft limit; for the in-order presets (36 KiB, about two frames) one whole
+    // frame, which is all a run on a loaded machine sometimes catches them holding (16,993
+    // bytes once, against half the limit's 18,432).
+    let built = (soft_limit(name) / 2).min(if name == Policy::Scheduled.name() {
+        u64::MAX
+    } else {
+        MAX_FRAME
+    });
     assert!(
-        s.queued_bytes_high_water >= soft_limit(name) / 2,
+        s.queued_bytes_high_water >= built,
         "{name}: the stalled reader did build a queue (high water {})",
         s.queued_bytes_high_water
     );
@@ -376,8 +386,10 @@ async fn wait_for_queue(server: &TestServer, name: &str, high_water: u64) {
         tokio::time::sleep(Duration::from_millis(300)).await;
         return;
     }
-    // At most half the policy's soft limit: the in-order presets hold little.
-    let high_water = high_water.min(soft_limit(name) / 2);
+    // At most half the policy's soft limit (the in-order presets hold little), and at most
+    // two records: behind a blocked transport on loopback the wrapper queues no more than
+    // that (its blocked soft limit) and leaves the rest with h2.
+    let high_water = high_water.min(soft_limit(name) / 2).min(STALLED_QUEUE);
     let queued = wait_for(SETTLE, || {
         latest(server)
             .is_some_and(|s| s.queued_bytes > 0 && s.queued_bytes_high_water >= high_water)
