@@ -380,10 +380,13 @@ fn clamp_router(clamp: bool) -> Router {
 
 /// Which response completed first, and the counters.
 async fn clamp_case(clamp: bool) -> (bool, u64, StatsSnapshot) {
-    // A soft limit above both bodies: while the reader is paused the wrapper holds both
-    // responses whole, so their order afterwards is the wrapper's decision alone (h2 hands
-    // frames over in turn and, with a smaller queue, would interleave them).
-    let config = FlushConfig::for_policy(Policy::Scheduled).soft_limit(4 << 20);
+    // A soft limit above both bodies, also while the paused reader blocks the transport:
+    // the wrapper holds both responses whole, so their order afterwards is the wrapper's
+    // decision alone (h2 hands frames over in turn and, with a smaller queue, would
+    // interleave them).
+    let config = FlushConfig::for_policy(Policy::Scheduled)
+        .soft_limit(4 << 20)
+        .blocked_soft_limit(None);
     let server = start(configured(config), clamp_router(clamp)).await;
     let client = H2Client::connect(
         server.addr,

@@ -25,16 +25,6 @@ use record_writer::{Downstream, RecordWriter};
 /// bound the number of units (at most `hard_limit / UNIT_OVERHEAD`).
 pub(crate) const UNIT_OVERHEAD: usize = 128;
 
-/// The soft limit while the transport is blocked (it returned `Pending` and has not been
-/// ready since) on a path the write budget does not pace: two records, what the next
-/// writes take once the socket has room again. Bytes queued beyond it would only wait: the
-/// client is not reading, or reads more slowly than the server writes, and h2 can keep
-/// them (hyper then stops polling the body). 1,000 stalled downloads on loopback
-/// (`scripts/scale.sh`): 338 KiB of server RSS per connection with the whole 256 KiB soft
-/// limit queued, 145 KiB with four records, 114 KiB with two; stock 64-67 KiB (whose kernel
-/// holds 2.1-2.3 MiB per connection instead).
-pub(crate) const BLOCKED_SOFT_LIMIT: usize = 2 * crate::config::MAX_RECORD_PAYLOAD;
-
 /// The server-to-client half of an HTTP/2 connection.
 #[derive(Debug)]
 pub(crate) struct WritePath {
@@ -208,17 +198,18 @@ impl WritePath {
             || self.queued_memory() + PIECE + UNIT_OVERHEAD <= self.soft_limit(config)
     }
 
-    /// The configured soft limit, or [`BLOCKED_SOFT_LIMIT`] while the transport is blocked
-    /// on a path the write budget does not pace (loopback, a LAN). On a paced path the
+    /// The configured soft limit, or the [blocked soft
+    /// limit](FlushConfig::blocked_soft_limit) while the transport is blocked on a path the
+    /// write budget does not pace (loopback, a LAN). On a paced path the
     /// socket also blocks in normal operation (the budget keeps about a record unsent, above
     /// the kernel's low-water mark), and there the smaller queue made the lab's `late`
     /// critical response slower on the Verizon LTE recording (two of five runs: 47 -> 57
     /// and 57 -> 99 ms), so a stalled reader on a long path still gets the whole soft limit.
     fn soft_limit(&self, config: &FlushConfig) -> usize {
         match self.writer.downstream() {
-            Downstream::Blocked if self.writer.is_unpaced() => {
-                config.soft_limit.min(BLOCKED_SOFT_LIMIT)
-            }
+            Downstream::Blocked if self.writer.is_unpaced() => config
+                .blocked_soft_limit
+                .map_or(config.soft_limit, |blocked| config.soft_limit.min(blocked)),
             Downstream::Blocked | Downstream::Taking => config.soft_limit,
         }
     }

@@ -123,9 +123,9 @@ pub(super) enum Downstream {
     /// It took them, or it is ready for more (or nothing was offered yet).
     #[default]
     Taking,
-    /// It returned `Pending` and has not been ready since: the socket is full (a client that stopped reading, or one
-    /// slower than the server), and the queue admits less (see
-    /// [`super::BLOCKED_SOFT_LIMIT`]).
+    /// It returned `Pending` and has not been ready since: the socket is full (a client
+    /// that stopped reading, or one slower than the server), and the queue admits less (see
+    /// [`FlushConfig::blocked_soft_limit`](crate::FlushConfig::blocked_soft_limit)).
     Blocked,
 }
 

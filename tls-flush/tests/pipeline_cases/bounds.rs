@@ -87,52 +87,63 @@ fn hard_limit_counts_an_unfinished_header_block() {
 /// A transport that takes nothing (a client that stopped reading) on a path the write
 /// budget does not pace (loopback, a LAN) gets a few records queued, not the soft limit:
 /// with 256 KiB configured, a 640 KiB download is refused once about 32 KiB wait (the
-/// wrapper's blocked soft limit), and h2 keeps the rest. Once the transport takes bytes
-/// again, every byte is delivered, in order.
+/// default blocked soft limit), and h2 keeps the rest; with the blocked soft limit off, the
+/// queue fills to the soft limit. Once the transport takes bytes again, every byte is
+/// delivered, in order.
 #[test]
 fn a_blocked_transport_queues_a_few_records_not_the_soft_limit() {
     const BLOCKED_SOFT_LIMIT: usize = 32 * 1024;
+    const FRAME: usize = 16 * 1024 + 9;
     let soft = 256 * 1024;
-    let mut wire = Wire::open(Buffering::Off, client_with_requests(&[(1, None)]));
-    wire.path = Some(SimulatedPath {
-        cwnd: 10_000,
-        mss: 65_483,
-        min_rtt: Duration::from_micros(50),
-        delivery_rate: 0,
-        ssthresh: 0,
-        acked_per_read: 1 << 30,
-    });
-    let mut h = started(
-        comparable_preset(Policy::Scheduled)
+    for blocked in [Some(BLOCKED_SOFT_LIMIT), None] {
+        let mut wire = Wire::open(Buffering::Off, client_with_requests(&[(1, None)]));
+        wire.path = Some(SimulatedPath {
+            cwnd: 10_000,
+            mss: 65_483,
+            min_rtt: Duration::from_micros(50),
+            delivery_rate: 0,
+            ssthresh: 0,
+            acked_per_read: 1 << 30,
+        });
+        let mut config = comparable_preset(Policy::Scheduled)
             .soft_limit(soft)
-            .hard_limit(1 << 20),
-        wire,
-    );
-    let mut input = vec![settings_frame(0, &[]), response_headers(1)];
-    input.extend((0..40).map(|i| data(1, i, 16 * 1024, i == 39)));
-    // The download starts while the client reads, then the client stops.
-    let first: usize = input[..3].iter().map(Frame::wire_len).sum();
-    h.write_all(&encode_all(&input[..3])).unwrap();
-    h.flush().unwrap();
-    h.set_blocked(true);
+            .hard_limit(1 << 20);
+        if blocked.is_none() {
+            config = config.blocked_soft_limit(None);
+        }
+        let mut h = started(config, wire);
+        let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+        input.extend((0..40).map(|i| data(1, i, 16 * 1024, i == 39)));
+        // The download starts while the client reads, then the client stops.
+        let first: usize = input[..3].iter().map(Frame::wire_len).sum();
+        h.write_all(&encode_all(&input[..3])).unwrap();
+        h.flush().unwrap();
+        h.set_blocked(true);
 
-    let (done, partial) = absorb_until_refused(&mut h, &input[3..]);
-    let taken: usize = input[3..3 + done]
-        .iter()
-        .map(Frame::wire_len)
-        .sum::<usize>()
-        + partial;
-    assert!(3 + done < input.len(), "the whole download was taken");
-    assert!(
-        h.stats().queued_bytes as usize <= BLOCKED_SOFT_LIMIT + 16 * 1024 + 9,
-        "{} bytes queued behind a blocked transport (soft limit {soft})",
-        h.stats().queued_bytes
-    );
+        let (done, partial) = absorb_until_refused(&mut h, &input[3..]);
+        let taken: usize = input[3..3 + done]
+            .iter()
+            .map(Frame::wire_len)
+            .sum::<usize>()
+            + partial;
+        assert!(3 + done < input.len(), "the whole download was taken");
+        let queued = h.stats().queued_bytes as usize;
+        match blocked {
+            Some(limit) => assert!(
+                queued <= limit + FRAME,
+                "{queued} bytes queued behind a blocked transport (soft limit {soft})"
+            ),
+            None => assert!(
+                queued + FRAME >= soft,
+                "{queued} bytes queued with the blocked soft limit off (soft limit {soft})"
+            ),
+        }
 
-    h.set_blocked(false);
-    let all = encode_all(&input);
-    h.write_all(&all[first + taken..]).unwrap();
-    delivered(&mut h, &input);
+        h.set_blocked(false);
+        let all = encode_all(&input);
+        h.write_all(&all[first + taken..]).unwrap();
+        delivered(&mut h, &input);
+    }
 }
 
 /// A header block larger than the hard limit must still get through (h2 writes a block's
