@@ -503,19 +503,15 @@ impl Scheduler {
 
     /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
     pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        let id = self.next_stream_id(priorities)?;
         match self.ordering {
             Ordering::InOrder => {
-                let stream = self.fifo.front().filter(|f| f.is_data())?.header.stream_id;
-                Some(priorities.effective(stream).urgency)
+                self.fifo.front().filter(|f| f.is_data())?;
+                Some(priorities.effective(id).urgency)
             }
             Ordering::Rfc9218 => {
-                self.sync(priorities);
-                let epoch = self.epochs.front()?;
-                if !epoch.conn.is_empty() {
-                    return None;
-                }
-                let id = Self::next_stream(epoch, &self.round_robin, &self.shares)?;
-                let q = &epoch.streams[&id];
+                // A connection frame (stream 0) has no queue of its own: not DATA.
+                let q = self.epochs.front()?.streams.get(&id)?;
                 q.frames.front().filter(|f| f.is_data())?;
                 Some(q.priority.urgency)
             }

@@ -198,13 +198,13 @@ impl WritePath {
             || self.queued_memory() + PIECE + UNIT_OVERHEAD <= self.soft_limit(config)
     }
 
-    /// The configured soft limit, or the [blocked soft
-    /// limit](FlushConfig::blocked_soft_limit) while the transport is blocked on a path the
-    /// write budget does not pace (loopback, a LAN). On a paced path the
-    /// socket also blocks in normal operation (the budget keeps about a record unsent, above
-    /// the kernel's low-water mark), and there the smaller queue made the lab's `late`
-    /// critical response slower on the Verizon LTE recording (two of five runs: 47 -> 57
-    /// and 57 -> 99 ms), so a stalled reader on a long path still gets the whole soft limit.
+    /// The configured soft limit, or the [blocked soft limit](FlushConfig::blocked_soft_limit)
+    /// while the transport is blocked on a path the write budget does not pace (loopback, a
+    /// LAN). On a paced path the socket also blocks in normal operation (the budget keeps
+    /// about a record unsent, above the kernel's low-water mark), and there the smaller
+    /// queue made the lab's `late` critical response slower on the Verizon LTE recording
+    /// (two of five runs: 47 -> 57 and 57 -> 99 ms), so a stalled reader on a long path
+    /// still gets the whole soft limit.
     fn soft_limit(&self, config: &FlushConfig) -> usize {
         match self.writer.downstream() {
             Downstream::Blocked if self.writer.is_unpaced() => config

@@ -352,9 +352,9 @@ impl WritePath {
         }
     }
 
-    /// Passes `poll` on, noting whether the transport is blocked (`Pending`) or can take
+    /// Passes a transport's `poll` on, noting whether it is blocked (`Pending`) or can take
     /// bytes again.
-    fn blocks(&mut self, poll: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
+    fn blocks<R>(&mut self, poll: Poll<io::Result<R>>) -> Poll<io::Result<R>> {
         self.writer.downstream = match poll {
             Poll::Pending => Downstream::Blocked,
             Poll::Ready(_) => Downstream::Taking,
@@ -369,19 +369,15 @@ impl WritePath {
         io: &mut T,
         config: &FlushConfig,
     ) -> Poll<io::Result<()>> {
-        let w = &mut self.writer;
-        let State::Writing { written, cut } = w.state else {
+        let State::Writing { written, cut } = self.writer.state else {
             return Poll::Ready(Ok(()));
         };
-        let Poll::Ready(n) = w.chunk.poll_write_from(cx, io, written) else {
-            w.downstream = Downstream::Blocked;
-            return Poll::Pending;
-        };
-        let n = n?;
+        let wrote = self.writer.chunk.poll_write_from(cx, io, written);
+        let n = ready!(self.blocks(wrote))?;
         if n == 0 {
             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
         }
-        w.downstream = Downstream::Taking;
+        let w = &mut self.writer;
         if written + n < w.chunk.len() {
             w.state = State::Writing {
                 written: written + n,
