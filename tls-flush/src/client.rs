@@ -9,7 +9,10 @@
 //! END_STREAM, or a size bound), or a short timer expires, and then writes them in one
 //! write: one TLS record, and with `TCP_NODELAY` one TCP segment. [`FlushConnector`] makes
 //! such streams for `hyper_util::client::legacy::Client` or for
-//! `hyper::client::conn::http2::handshake`.
+//! `hyper::client::conn::http2::handshake`. It resolves names and connects through hyper-util's
+//! `HttpConnector` (happy eyeballs between IPv6 and IPv4, a pluggable resolver) within a
+//! connect timeout ([`DEFAULT_CONNECT_TIMEOUT`]), and `FlushConnector` bounds the TLS
+//! handshake too ([`DEFAULT_HANDSHAKE_TIMEOUT`]).
 //!
 //! Invariants:
 //! - bytes leave in the order they were written, each exactly once (the hold changes only
@@ -46,6 +49,7 @@
 
 mod connector;
 mod first_flight;
+mod tcp;
 #[cfg(test)]
 mod tests;
 
@@ -56,8 +60,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-pub use connector::{FlushConnecting, FlushConnector};
+pub use connector::{FlushConnecting, FlushConnector, DEFAULT_HANDSHAKE_TIMEOUT};
 use first_flight::{Scan, Scanner};
+pub use tcp::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_HAPPY_EYEBALLS_DELAY};
 
 use crate::timer::Timer;
 
@@ -290,9 +295,10 @@ pub struct FlushClientStream<T> {
     started: Option<Instant>,
     timer: Timer,
     flight: Option<FirstFlight>,
-    /// Report HTTP/2 to hyper-util while the handshake is pending (the connector offers
-    /// only `h2`, and early data needs the resumed session's protocol).
-    assume_h2: bool,
+    /// Made by a connector that speaks only HTTP/2: report it to hyper-util while the TLS
+    /// handshake is pending (the connector offers only `h2`, and early data needs the
+    /// resumed session's protocol), and always over cleartext (prior knowledge).
+    only_h2: bool,
 }
 
 impl<T: ClientTransport> FlushClientStream<T> {
@@ -328,12 +334,12 @@ impl<T: ClientTransport> FlushClientStream<T> {
             started: None,
             timer: Timer::default(),
             flight: None,
-            assume_h2: false,
+            only_h2: false,
         }
     }
 
-    pub(crate) fn assume_h2_while_handshaking(mut self) -> Self {
-        self.assume_h2 = true;
+    pub(crate) fn only_h2(mut self) -> Self {
+        self.only_h2 = true;
         self
     }
 

@@ -1,5 +1,6 @@
-//! TCP connect (`TCP_NODELAY`), TLS with ALPN `h2` (early data when the config allows it),
-//! and the coalescing stream: as a function, and as a `tower::Service<Uri>` for hyper-util.
+//! Resolution and TCP connect (happy eyeballs, `TCP_NODELAY`, a connect timeout), TLS with
+//! ALPN `h2` (early data when the config allows it, a handshake timeout), and the coalescing
+//! stream: as a function, and as a `tower::Service<Uri>` for hyper-util.
 
 use std::future::Future;
 use std::io;
@@ -7,20 +8,33 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::Uri;
+use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+use super::tcp::TcpConnect;
 use super::{ClientTransport, FirstFlightConfig, FlushClientStream};
 
-/// Connects to HTTPS servers for HTTP/2: TCP with `TCP_NODELAY`, TLS with the given
+/// How long the TLS handshake may take, by default: as long as
+/// [`DEFAULT_CONNECT_TIMEOUT`](super::DEFAULT_CONNECT_TIMEOUT), for the same reason (a
+/// server that accepted the connection and never answers must not hold it for minutes).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connects to HTTPS servers for HTTP/2: resolves the host and connects with happy eyeballs
+/// and `TCP_NODELAY` (hyper-util's `HttpConnector`), TLS with the given
 /// `rustls::ClientConfig` and ALPN `h2` only, then [`FlushClientStream`]. With
 /// `enable_early_data` and a resumption store in the config (rustls keeps one by default),
 /// a resumed connection sends an idempotent first request as TLS 1.3 early data.
+///
+/// Resolution and TCP connect are bounded by [`connect_timeout`](Self::connect_timeout)
+/// (10 s by default), the TLS handshake by [`handshake_timeout`](Self::handshake_timeout)
+/// (10 s); both fail with [`io::ErrorKind::TimedOut`].
 ///
 /// A `tower::Service<Uri>` for `hyper_util::client::legacy::Client` (the connection reports
 /// HTTP/2 when ALPN chose it, or while an early-data handshake is pending), or use
@@ -52,6 +66,8 @@ pub struct FlushConnector {
     tls: Arc<rustls::ClientConfig>,
     early_data: bool,
     first_flight: FirstFlightConfig,
+    tcp: TcpConnect,
+    handshake_timeout: Option<Duration>,
 }
 
 impl FlushConnector {
@@ -68,6 +84,8 @@ impl FlushConnector {
             early_data: tls.enable_early_data,
             tls,
             first_flight: FirstFlightConfig::default(),
+            tcp: TcpConnect::default(),
+            handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT),
         }
     }
 
@@ -102,6 +120,98 @@ impl FlushConnector {
         self
     }
 
+    /// The bound on name resolution and TCP connect together
+    /// ([`DEFAULT_CONNECT_TIMEOUT`](super::DEFAULT_CONNECT_TIMEOUT), 10 s); `None` for
+    /// none. The TLS handshake has its own, [`handshake_timeout`](Self::handshake_timeout).
+    /// When the name has several addresses of a family, each one tried gets an equal share
+    /// (hyper-util's rule), so that a dead first address leaves time for the next.
+    ///
+    /// ```
+    /// # fn make(tls: std::sync::Arc<rustls::ClientConfig>) {
+    /// use std::time::Duration;
+    /// use tls_flush::client::FlushConnector;
+    /// let connector = FlushConnector::new(tls.clone()).connect_timeout(Duration::from_secs(3));
+    /// let unbounded = FlushConnector::new(tls).connect_timeout(None);
+    /// # let _ = (connector, unbounded);
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.tcp.set_connect_timeout(timeout.into());
+        self
+    }
+
+    /// How long the first address family has before the other one is tried in parallel
+    /// (happy eyeballs, RFC 8305;
+    /// [`DEFAULT_HAPPY_EYEBALLS_DELAY`](super::DEFAULT_HAPPY_EYEBALLS_DELAY), 250 ms). The
+    /// first family is that of the resolver's first address; within a family, addresses are
+    /// tried in turn. The first connection wins and the other attempt is dropped. `None`:
+    /// all addresses in turn.
+    ///
+    /// ```
+    /// # fn make(tls: std::sync::Arc<rustls::ClientConfig>) {
+    /// use std::time::Duration;
+    /// let connector = tls_flush::client::FlushConnector::new(tls)
+    ///     .happy_eyeballs_delay(Duration::from_millis(100));
+    /// # let _ = connector;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn happy_eyeballs_delay(mut self, delay: impl Into<Option<Duration>>) -> Self {
+        self.tcp.set_happy_eyeballs_delay(delay.into());
+        self
+    }
+
+    /// Resolves host names with `resolver` instead of getaddrinfo (hyper-util's
+    /// `GaiResolver`): any `tower::Service` from hyper-util's `Name` to socket addresses.
+    /// A port the resolver returns is used when the URI has none; IP literals are not
+    /// resolved.
+    ///
+    /// ```
+    /// # fn make(tls: std::sync::Arc<rustls::ClientConfig>) {
+    /// use std::net::SocketAddr;
+    /// use hyper_util::client::legacy::connect::dns::Name;
+    ///
+    /// // Every name is this host's loopback addresses, IPv6 first.
+    /// let resolver = tower::service_fn(|_name: Name| async {
+    ///     let addrs: [SocketAddr; 2] = ["[::1]:8443".parse()?, "127.0.0.1:8443".parse()?];
+    ///     Ok::<_, std::net::AddrParseError>(addrs.into_iter())
+    /// });
+    /// let connector = tls_flush::client::FlushConnector::new(tls).resolver(resolver);
+    /// # let _ = connector;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn resolver<R>(mut self, resolver: R) -> Self
+    where
+        R: tower::Service<Name> + Clone + Send + Sync + 'static,
+        R::Response: Iterator<Item = SocketAddr>,
+        R::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        R::Future: Send + 'static,
+    {
+        self.tcp.set_resolver(resolver);
+        self
+    }
+
+    /// The bound on the TLS handshake ([`DEFAULT_HANDSHAKE_TIMEOUT`], 10 s); `None` for
+    /// none. When early data is possible, tokio-rustls returns the stream before the
+    /// ClientHello leaves, so this bounds nothing: the handshake then completes with the
+    /// first flight, under the request's own deadlines.
+    ///
+    /// ```
+    /// # fn make(tls: std::sync::Arc<rustls::ClientConfig>) {
+    /// use std::time::Duration;
+    /// let connector = tls_flush::client::FlushConnector::new(tls)
+    ///     .handshake_timeout(Duration::from_secs(5));
+    /// # let _ = connector;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn handshake_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.handshake_timeout = timeout.into();
+        self
+    }
+
     /// Connects to `uri`'s host and port (443 by default); `https` only.
     ///
     /// ```no_run
@@ -123,7 +233,7 @@ impl FlushConnector {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(host.to_owned())
             .map_err(|_| invalid("FlushConnector: invalid server name"))?;
-        let tcp = TcpStream::connect((host, uri.port_u16().unwrap_or(443))).await?;
+        let tcp = self.tcp.connect(uri).await?;
         self.handshake(tcp, name).await
     }
 
@@ -142,7 +252,7 @@ impl FlushConnector {
         addr: SocketAddr,
         server_name: ServerName<'static>,
     ) -> io::Result<FlushClientStream<TlsStream<TcpStream>>> {
-        self.handshake(TcpStream::connect(addr).await?, server_name)
+        self.handshake(self.tcp.connect_addr(addr).await?, server_name)
             .await
     }
 
@@ -151,20 +261,23 @@ impl FlushConnector {
         tcp: TcpStream,
         name: ServerName<'static>,
     ) -> io::Result<FlushClientStream<TlsStream<TcpStream>>> {
-        // The first flight is one write: without Nagle it leaves at once, in one segment.
-        tcp.set_nodelay(true)?;
         let connector =
             tokio_rustls::TlsConnector::from(self.tls.clone()).early_data(self.early_data);
         // With early data possible this returns before the handshake; the ClientHello then
         // leaves with the first flight.
-        let tls = connector
-            .with_alpn(vec![b"h2".to_vec()])
-            .connect(name, tcp)
-            .await?;
-        Ok(
-            FlushClientStream::with_config(tls, self.first_flight.clone())
-                .assume_h2_while_handshaking(),
-        )
+        let handshake = connector.with_alpn(vec![b"h2".to_vec()]).connect(name, tcp);
+        let tls = match self.handshake_timeout {
+            None => handshake.await?,
+            Some(timeout) => tokio::time::timeout(timeout, handshake)
+                .await
+                .map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("FlushConnector: no TLS handshake within {timeout:?}"),
+                    )
+                })??,
+        };
+        Ok(FlushClientStream::with_config(tls, self.first_flight.clone()).only_h2())
     }
 }
 
@@ -196,7 +309,7 @@ where
         let connected = self.inner.get_ref().0.connected();
         let h2 = match self.inner.alpn_protocol() {
             Some(protocol) => protocol == b"h2",
-            None => self.assume_h2 && self.inner.is_handshaking(),
+            None => self.only_h2 && self.inner.is_handshaking(),
         };
         if h2 {
             connected.negotiated_h2()
