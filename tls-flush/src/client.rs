@@ -9,7 +9,8 @@
 //! END_STREAM, or a size bound), or a short timer expires, and then writes them in one
 //! write: one TLS record, and with `TCP_NODELAY` one TCP segment. [`FlushConnector`] makes
 //! such streams for `hyper_util::client::legacy::Client` or for
-//! `hyper::client::conn::http2::handshake`. It resolves names and connects through hyper-util's
+//! `hyper::client::conn::http2::handshake`, and [`H2cConnector`] makes them over cleartext
+//! TCP (HTTP/2 by prior knowledge). Both resolve names and connect through hyper-util's
 //! `HttpConnector` (happy eyeballs between IPv6 and IPv4, a pluggable resolver) within a
 //! connect timeout ([`DEFAULT_CONNECT_TIMEOUT`]), and `FlushConnector` bounds the TLS
 //! handshake too ([`DEFAULT_HANDSHAKE_TIMEOUT`]).
@@ -49,6 +50,7 @@
 
 mod connector;
 mod first_flight;
+mod h2c;
 mod tcp;
 #[cfg(test)]
 mod tests;
@@ -62,6 +64,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 pub use connector::{FlushConnecting, FlushConnector, DEFAULT_HANDSHAKE_TIMEOUT};
 use first_flight::{Scan, Scanner};
+pub use h2c::{H2cConnecting, H2cConnector};
 pub use tcp::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_HAPPY_EYEBALLS_DELAY};
 
 use crate::timer::Timer;

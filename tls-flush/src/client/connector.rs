@@ -34,7 +34,8 @@ pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 ///
 /// Resolution and TCP connect are bounded by [`connect_timeout`](Self::connect_timeout)
 /// (10 s by default), the TLS handshake by [`handshake_timeout`](Self::handshake_timeout)
-/// (10 s); both fail with [`io::ErrorKind::TimedOut`].
+/// (10 s); both fail with [`io::ErrorKind::TimedOut`]. For cleartext HTTP/2 see
+/// [`H2cConnector`](super::H2cConnector).
 ///
 /// A `tower::Service<Uri>` for `hyper_util::client::legacy::Client` (the connection reports
 /// HTTP/2 when ALPN chose it, or while an early-data handshake is pending), or use

@@ -36,7 +36,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// 6555's 300 ms).
 pub const DEFAULT_HAPPY_EYEBALLS_DELAY: Duration = Duration::from_millis(250);
 
-/// The resolution and TCP settings of [`FlushConnector`](super::FlushConnector).
+/// The resolution and TCP settings shared by [`FlushConnector`](super::FlushConnector) and
+/// [`H2cConnector`](super::H2cConnector).
 #[derive(Clone, Debug)]
 pub(crate) struct TcpConnect {
     resolver: Resolver,
