@@ -45,6 +45,16 @@ impl FrameAssembler {
         self.header_len == 0 && self.current.is_none() && self.streaming.is_none()
     }
 
+    /// Memory held for a frame partly received: an admitted frame's whole length (its
+    /// buffer is allocated at once), or a streamed frame's piece so far.
+    pub(crate) fn pending_memory(&self) -> usize {
+        self.current.as_ref().map_or(0, |(h, _)| h.frame_len())
+            + self
+                .streaming
+                .as_ref()
+                .map_or(0, |(_, _, piece)| piece.len())
+    }
+
     /// True while a streamed frame's pieces are being cut.
     pub(crate) fn is_streaming(&self) -> bool {
         self.streaming.is_some()

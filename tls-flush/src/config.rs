@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::memory_budget::MemoryBudget;
+
 /// The largest TLS plaintext record (RFC 8446 §5.1).
 pub const MAX_RECORD_PAYLOAD: usize = 16384;
 
@@ -153,6 +155,7 @@ impl Default for UrgentCut {
 /// | [`soft_limit`](Self::soft_limit) | bytes | 256 KiB | 36 KiB |
 /// | [`blocked_soft_limit`](Self::blocked_soft_limit) | `Option<usize>` | 32 KiB (unpaced paths) | 32 KiB (applies with the write budget only) |
 /// | [`hard_limit`](Self::hard_limit) | bytes | 1 MiB | 1 MiB |
+/// | [`memory_budget`](Self::memory_budget) | `Option<MemoryBudget>` | [`MemoryBudget::for_machine`] (an eighth of the machine's memory, shared by the process) | the same |
 /// | [`anticipation_budget`](Self::anticipation_budget) | time per second | 100 ms | 100 ms |
 /// | [`max_early_updates`](Self::max_early_updates) | count | 128 | 128 |
 ///
@@ -162,6 +165,7 @@ impl Default for UrgentCut {
 ///
 /// | structure | bound |
 /// |---|---|
+/// | write queues of all connections sharing a [`MemoryBudget`] | `max(limit, connections × BUDGET_FLOOR)` (floor 33,042 bytes: two full frames) while no connection opens; at worst `limit + connections × BUDGET_FLOOR` (see [`MemoryBudget`]) |
 /// | write queue (h2's frames not yet handed to TLS) | [`queue_limit`](Self::queue_limit): the [`hard_limit`](Self::hard_limit) (default 1 MiB), plus 129 KiB while DATA is held for an urgent response, counting 128 bytes per queued frame besides its wire bytes, so at most `queue_limit / 128` frames; plus one response header block (the application's own) |
 /// | a DATA frame larger than the hard limit and than 1 MiB (a client may allow frames of up to 16 MiB) | never held whole: written through in 16 KiB pieces once the queue before it is empty |
 /// | request header block being reassembled | 64 KiB (larger: priority tracking stops for the connection) |
@@ -204,6 +208,7 @@ pub struct FlushConfig {
     pub(crate) announce_no_rfc7540_priorities: bool,
     pub(crate) max_early_updates: usize,
     pub(crate) max_tracked_streams: usize,
+    pub(crate) memory_budget: Option<MemoryBudget>,
 }
 
 impl Default for FlushConfig {
@@ -234,6 +239,7 @@ impl FlushConfig {
             announce_no_rfc7540_priorities: true,
             max_early_updates: 128,
             max_tracked_streams: 1024,
+            memory_budget: Some(MemoryBudget::for_machine()),
         };
         // In h2's order the wrapper cannot move an urgent frame ahead of what it holds, so
         // it holds about one record (what it is writing and what it is building) and leaves
@@ -322,6 +328,34 @@ impl FlushConfig {
             (true, Some(_)) => self.hard_limit + crate::write_path::HOLD_OVERSHOOT,
             _ => self.hard_limit,
         }
+    }
+
+    /// The memory budget this connection's write queue shares with every connection whose
+    /// configuration carries the same budget (clones of one [`FlushConfig`] do): under
+    /// pressure the queue's limits shrink toward a floor of two frames, so that the queues
+    /// together stay within the budget; frames not taken wait in h2. Default
+    /// [`MemoryBudget::for_machine`], one budget for the whole process; `None`: only the
+    /// per-connection limits apply. See [`MemoryBudget`] for the bound and the curve.
+    ///
+    /// ```
+    /// use tls_flush::{FlushConfig, MemoryBudget};
+    ///
+    /// let budget = MemoryBudget::new(64 << 20);
+    /// let config = FlushConfig::default().memory_budget(Some(budget.clone()));
+    /// assert!(config.budget().is_some_and(|b| b.same_budget(&budget)));
+    /// assert!(FlushConfig::default().budget().is_some_and(|b| b.same_budget(&MemoryBudget::for_machine())));
+    /// ```
+    #[must_use]
+    pub fn memory_budget(mut self, budget: Option<MemoryBudget>) -> Self {
+        self.memory_budget = budget;
+        self
+    }
+
+    /// The memory budget the connection's queue shares (see
+    /// [`memory_budget`](Self::memory_budget)).
+    #[must_use]
+    pub fn budget(&self) -> Option<&MemoryBudget> {
+        self.memory_budget.as_ref()
     }
 
     /// Ends a record right after a DATA frame of urgency `<= max_urgency` whose payload is

@@ -46,6 +46,7 @@ mod frame;
 mod hpack;
 #[cfg(feature = "axum")]
 mod listener;
+mod memory_budget;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod path;
@@ -79,6 +80,7 @@ pub use early_data::{
 pub use hpack::bench as hpack_bench;
 #[cfg(feature = "axum")]
 pub use listener::{ConnectionInfo, FlushListener};
+pub use memory_budget::{MemoryBudget, BUDGET_FLOOR};
 pub use path::{CongestionControl, PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
 pub use serve::{serve, serve_connection, HttpService, Serve};

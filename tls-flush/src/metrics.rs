@@ -4,7 +4,8 @@
 //! Every wrapped connection adds to the same process-wide metrics, as it goes: a counter
 //! moves when the connection's [`ConnectionStats`](crate::ConnectionStats) counter moves,
 //! and the histograms get one sample per connection when it ends (when its last
-//! `ConnectionStats` handle is dropped). There is no per-connection label, so the number of
+//! `ConnectionStats` handle is dropped); the `memory_budget` gauges follow the shared
+//! [`MemoryBudget`](crate::MemoryBudget) as connections charge it. There is no per-connection label, so the number of
 //! series is fixed whatever the traffic. Names follow OpenTelemetry's style (dotted, units
 //! out of the name); a Prometheus exporter turns the dots into underscores
 //! (`tls_flush_records`).
@@ -26,6 +27,9 @@
 //! | `tls_flush.budget_cap_lifts` | counter | | | times the write budget stopped capping bytes in flight because another flow filled the path's queue |
 //! | `tls_flush.queue.high_water` | histogram | bytes | | per connection: the most wire bytes its write queue held |
 //! | `tls_flush.queue.memory_high_water` | histogram | bytes | | per connection: the most memory its write queue accounted for |
+//! | `tls_flush.memory_budget.used` | gauge | bytes | | memory the write queues sharing a [`MemoryBudget`](crate::MemoryBudget) account for now (64 KiB steps) |
+//! | `tls_flush.memory_budget.high_water` | gauge | bytes | | the most they accounted for at once |
+//! | `tls_flush.memory_budget.limit` | gauge | bytes | | the budget's size |
 //!
 //! Call [`describe`] once after installing the recorder to give exporters the units and
 //! descriptions.
@@ -39,7 +43,8 @@
 //! ```
 
 use ::metrics::{
-    counter, describe_counter, describe_histogram, histogram, Counter, Histogram, Unit,
+    counter, describe_counter, describe_gauge, describe_histogram, histogram, Counter, Histogram,
+    Unit,
 };
 
 const CONNECTIONS: &str = "tls_flush.connections";
@@ -57,6 +62,9 @@ const BUDGET_WAITS: &str = "tls_flush.budget_waits";
 const BUDGET_CAP_LIFTS: &str = "tls_flush.budget_cap_lifts";
 const QUEUE_HIGH_WATER: &str = "tls_flush.queue.high_water";
 const QUEUE_MEMORY_HIGH_WATER: &str = "tls_flush.queue.memory_high_water";
+pub(crate) const BUDGET_USED: &str = "tls_flush.memory_budget.used";
+pub(crate) const BUDGET_HIGH_WATER: &str = "tls_flush.memory_budget.high_water";
+pub(crate) const BUDGET_LIMIT: &str = "tls_flush.memory_budget.limit";
 
 /// Registers the units and descriptions of every `tls_flush.*` metric with the installed
 /// recorder (the names and values are recorded whether or not this is called). Call it
@@ -118,6 +126,17 @@ pub fn describe() {
         Unit::Bytes,
         "Per connection: the most memory its write queue accounted for"
     );
+    describe_gauge!(
+        BUDGET_USED,
+        Unit::Bytes,
+        "Memory the write queues sharing the memory budget account for now"
+    );
+    describe_gauge!(
+        BUDGET_HIGH_WATER,
+        Unit::Bytes,
+        "The most memory the write queues sharing the memory budget accounted for at once"
+    );
+    describe_gauge!(BUDGET_LIMIT, Unit::Bytes, "The memory budget's size");
 }
 
 /// One connection's handles on the process-wide metrics, named like the

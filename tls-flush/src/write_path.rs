@@ -10,6 +10,7 @@ use crate::anticipation::HoldClock;
 use crate::config::FlushConfig;
 use crate::frame::{self, FrameHeader};
 use crate::hpack::{PassiveDecoder, PriorityField};
+use crate::memory_budget::BudgetCharge;
 use crate::priorities::StreamPriorities;
 use crate::scheduler::{Ordering, Scheduler};
 use crate::stats::ConnectionStats;
@@ -41,6 +42,9 @@ pub(crate) struct WritePath {
     hold_room: HoldRoom,
     h2_batch: H2Batch,
     writer: RecordWriter,
+    /// The connection's account with the shared memory budget, kept in step with the
+    /// queue; dropped (and so released) with the connection.
+    budget: BudgetCharge,
     stats: ConnectionStats,
 }
 
@@ -100,6 +104,7 @@ impl WritePath {
             hold_room: HoldRoom::default(),
             h2_batch: H2Batch::Over,
             writer: RecordWriter::default(),
+            budget: BudgetCharge::new(config.memory_budget.clone(), config.soft_limit),
             stats,
         }
     }
@@ -120,9 +125,13 @@ impl WritePath {
         self.queued_bytes() + units * UNIT_OVERHEAD
     }
 
-    fn record_queue_size(&self) {
-        self.stats
-            .set_queued(self.queued_bytes(), self.queued_memory());
+    /// Publishes the queue's size to the connection's counters and charges the shared
+    /// memory budget for it (a frame partly received included): once per write or flush
+    /// of h2's.
+    fn record_queue_size(&mut self) {
+        let memory = self.queued_memory();
+        self.stats.set_queued(self.queued_bytes(), memory);
+        self.budget.sync(memory + self.assembler.pending_memory());
     }
 
     /// True while DATA is held for an urgent response (a timer will wake the task).
@@ -193,9 +202,13 @@ impl WritePath {
     }
 
     /// A streamed frame's next piece fits: nothing but its earlier pieces can be queued.
-    fn room_for_piece(&self, config: &FlushConfig) -> bool {
-        self.scheduler.queued_units() == 0
-            || self.queued_memory() + PIECE + UNIT_OVERHEAD <= self.soft_limit(config)
+    fn room_for_piece(&mut self, config: &FlushConfig) -> bool {
+        if self.scheduler.queued_units() == 0 {
+            return true;
+        }
+        let queued = self.queued_memory();
+        let cost = PIECE + UNIT_OVERHEAD;
+        queued + cost <= self.soft_limit(config) && self.budget.admit(queued, cost)
     }
 
     /// The configured soft limit, or the [blocked soft limit](FlushConfig::blocked_soft_limit)
@@ -204,14 +217,16 @@ impl WritePath {
     /// about a record unsent, above the kernel's low-water mark), and there the smaller
     /// queue made the lab's `late` critical response slower on the Verizon LTE recording
     /// (two of five runs: 47 -> 57 and 57 -> 99 ms), so a stalled reader on a long path
-    /// still gets the whole soft limit.
+    /// still gets the whole soft limit. Either shrinks under the memory budget's pressure
+    /// (see [`MemoryBudget`](crate::MemoryBudget)).
     fn soft_limit(&self, config: &FlushConfig) -> usize {
-        match self.writer.downstream() {
+        let limit = match self.writer.downstream() {
             Downstream::Blocked if self.writer.is_unpaced() => config
                 .blocked_soft_limit
                 .map_or(config.soft_limit, |blocked| config.soft_limit.min(blocked)),
             Downstream::Blocked | Downstream::Taking => config.soft_limit,
-        }
+        };
+        self.budget.limit(limit)
     }
 
     /// True when h2 stopped in the middle of a frame: the assembler holds part of it, which
@@ -233,10 +248,40 @@ impl WritePath {
 }
 
 impl WritePath {
-    /// Whether to take the frame `header` announces now: up to the soft limit anything,
-    /// then only what would be sent ahead of the queue, up to the hard limit; DATA held for
-    /// an urgent response only within the room granted past the soft limit.
+    /// Whether to take the frame `header` announces now: within the queue's limits (see
+    /// [`Self::admit_within_limits`]) and, past the connection's floor, within the shared
+    /// memory budget. A frame into an empty queue and the rest of a header block already
+    /// begun are always taken (as the limits take them): the queue can always make
+    /// progress.
     fn admit(
+        &mut self,
+        header: &FrameHeader,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+    ) -> bool {
+        if !self.admit_within_limits(header, config, priorities) {
+            return false;
+        }
+        let queued = self.queued_memory();
+        let forced = queued == 0 || header.kind == frame::CONTINUATION && self.open_block.is_some();
+        if forced
+            || self
+                .budget
+                .admit(queued, header.frame_len() + UNIT_OVERHEAD)
+        {
+            return true;
+        }
+        if self.hold_room.refusal == Refusal::None {
+            self.hold_room.refusal = Refusal::Refused;
+        }
+        false
+    }
+
+    /// Whether the queue's limits take the frame `header` announces now: up to the soft
+    /// limit anything, then only what would be sent ahead of the queue, up to the hard
+    /// limit; DATA held for an urgent response only within the room granted past the soft
+    /// limit. Every limit shrinks under the memory budget's pressure.
+    fn admit_within_limits(
         &mut self,
         header: &FrameHeader,
         config: &FlushConfig,
@@ -268,11 +313,11 @@ impl WritePath {
         let held =
             holding && header.kind == frame::DATA && self.writer.holds_back(urgency, priorities);
         let room = self.hold_room(config);
-        let limit = if held {
+        let limit = self.budget.limit(if held {
             config.soft_limit + room
         } else {
             config.hard_limit.max(config.soft_limit + room)
-        };
+        });
         if queued + cost > limit {
             // Also outside a hold: h2 may be blocked on this frame when a hold begins (a
             // late urgent request read while the queue is full), and the urgent handler's

@@ -15,6 +15,7 @@
 //! | [`records`] | where records end and how they are written: the urgent cut and its flush, the first flight, wide writes on unpaced paths |
 //! | [`backpressure`] | admission at the soft limit: which writes are refused, and how a refused write is taken later |
 //! | [`bounds`] | the hard limit as a memory bound: open header blocks counted, header blocks and frames larger than the limit |
+//! | [`budget`] | the memory budget shared by connections: its bound with stalled connections, the floor, release on drop |
 //! | [`holds`] | anticipation: DATA held for a more urgent response, its bound, and the room granted to h2 meanwhile |
 //!
 //! Invariants every case keeps:
@@ -30,6 +31,7 @@
 
 mod backpressure;
 mod bounds;
+mod budget;
 mod holds;
 mod ordering;
 mod records;
