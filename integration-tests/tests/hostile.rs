@@ -180,7 +180,7 @@ fn get(path: &str) -> http::Request<()> {
 }
 
 /// SETTINGS_MAX_CONCURRENT_STREAMS the demo server announces, as an h2 client sees it
-/// after one exchange (hyper's default: 200).
+/// after one exchange (`tls_flush::H2_MAX_CONCURRENT_STREAMS`, 100; stock: hyper's 200).
 async fn server_max_concurrent_streams(server: &TestServer) -> usize {
     let (send, task) = h2_client(server, ReadGate::default(), None).await;
     let mut ready = send.ready().await.expect("ready");
@@ -216,7 +216,7 @@ fn memory_stays_bounded_under_update_flood_and_a_stalled_reader() {
 async fn memory_bounded(policy: Policy) {
     let name = policy.name();
     let (server, baseline) = start_server(ServerSetup::with_policy(policy)).await;
-    // hyper 1.12 announces 200 unless configured (the test server does not configure it).
+    // The wrapped test server announces `H2_MAX_CONCURRENT_STREAMS` (100), stock hyper 200.
     let max_streams = server_max_concurrent_streams(&server).await;
     assert!(max_streams > 0, "{name}: the server allows streams");
     assert_settled(&server, baseline, &format!("{name}: probe")).await;

@@ -632,8 +632,9 @@ async fn header_flood_case(setup: ServerSetup) -> HeadOutcome {
         .filter(|id| !log.streams.get(id).is_some_and(RawStream::finished))
         .collect();
     // Once the wrapper's queue is full h2 keeps reading requests (its responses wait in
-    // h2) until it must refuse a stream past its 200 concurrent ones: that refusal waits
-    // for the socket too, and h2 stops reading. A client retries refused streams.
+    // h2) until it must refuse a stream past its 100 concurrent ones (stock: 200): that
+    // refusal waits for the socket too, and h2 stops reading. A client retries refused
+    // streams.
     let refused: Vec<u32> = ids
         .iter()
         .copied()
@@ -655,8 +656,8 @@ async fn header_flood_case(setup: ServerSetup) -> HeadOutcome {
         missing.first(),
         log.end
     );
-    // h2 refuses streams past its 200 concurrent ones in both cases: its count lags behind
-    // the application's answers. Far fewer than the 1024 refusals that close a connection.
+    // h2 refuses streams past its 100 (stock: 200) concurrent ones in both cases: its
+    // count lags behind the application's answers. Far fewer than the 1024 refusals that close a connection.
     assert!(
         refused.len() <= 256,
         "{name}: {} streams refused",

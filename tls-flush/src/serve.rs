@@ -100,6 +100,15 @@ const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// hyper's own default.
 const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// `SETTINGS_MAX_CONCURRENT_STREAMS` the HTTP/2 server announces: 100, as nginx
+/// (`http2_max_concurrent_streams`) and h2o do, and the minimum RFC 9113 §6.5.2 recommends
+/// (hyper's own default is 200). It bounds what a client makes the server read ahead: each
+/// open stream holds a request in h2 and a response of up to h2's per-stream send buffer
+/// ([`H2_SEND_BUFFER`]) waiting for the wrapper's queue, so a client that keeps opening
+/// streams while it does not read gets further ones refused (`RST_STREAM` with
+/// `REFUSED_STREAM`, which a client retries) instead of growing the server's backlog.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// Per-connection settings shared by [`serve`] and [`serve_connection`].
 #[derive(Debug, Clone, Copy)]
 struct Settings {
@@ -108,6 +117,7 @@ struct Settings {
     header_read_timeout: Duration,
     keep_alive_interval: Option<Duration>,
     keep_alive_timeout: Duration,
+    max_concurrent_streams: u32,
 }
 
 impl Default for Settings {
@@ -118,6 +128,7 @@ impl Default for Settings {
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             keep_alive_interval: None,
             keep_alive_timeout: DEFAULT_KEEP_ALIVE_TIMEOUT,
+            max_concurrent_streams: H2_MAX_CONCURRENT_STREAMS,
         }
     }
 }
@@ -137,7 +148,8 @@ pub(crate) const H2_SEND_BUFFER_SCHEDULED: usize = crate::body_gate::GATE_PIECE;
 
 /// hyper's HTTP/1.1 + HTTP/2 server builder as both [`serve`] and [`serve_connection`]
 /// configure it: tokio executor, tokio timer on both protocols, the header read timeout,
-/// the HTTP/2 keep-alive and a per-stream send buffer of [`H2_SEND_BUFFER`] (or
+/// the HTTP/2 keep-alive, at most [`H2_MAX_CONCURRENT_STREAMS`] concurrent streams (or the
+/// setting's value) and a per-stream send buffer of [`H2_SEND_BUFFER`] (or
 /// [`H2_SEND_BUFFER_SCHEDULED`] with body scheduling).
 fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -150,6 +162,7 @@ fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<Toki
         .timer(TokioTimer::new())
         .keep_alive_interval(settings.keep_alive_interval)
         .keep_alive_timeout(settings.keep_alive_timeout)
+        .max_concurrent_streams(settings.max_concurrent_streams)
         .max_send_buf_size(if config.schedule_bodies {
             H2_SEND_BUFFER_SCHEDULED
         } else {
@@ -164,7 +177,7 @@ fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<Toki
 /// It applies the defaults of [`Serve`]: the handshake must finish within 10 s, the
 /// connection is shut down gracefully after 60 s without a byte moving on its socket (and
 /// dropped after 60 s more), hyper's HTTP/1 header read timeout is 30 s, HTTP/2 keep-alive is
-/// off. Every request carries the connection's [`ConnectionStats`] in its extensions.
+/// off, at most [`H2_MAX_CONCURRENT_STREAMS`] HTTP/2 streams are open at once. Every request carries the connection's [`ConnectionStats`] in its extensions.
 /// When `acceptor`'s config accepts TLS 1.3 early data (`max_early_data_size` above
 /// zero, stateful resumption), those bytes are served through [`EarlyDataStream`], and the
 /// requests that began in them carry [`EarlyData`](crate::EarlyData) (see
@@ -269,6 +282,9 @@ pub fn serve<S: HttpService>(
 ///   it is dropped.
 /// - **HTTP/1 header read timeout** (default hyper's 30 s, [`Serve::header_read_timeout`])
 ///   and **HTTP/2 keep-alive** (default off, [`Serve::http2_keep_alive`]) are hyper's own.
+/// - **HTTP/2 concurrent streams** (default 100, [`Serve::http2_max_concurrent_streams`]):
+///   announced in the server's SETTINGS; streams past it are refused (`REFUSED_STREAM`), so
+///   a client that keeps opening streams cannot grow the server's read-side backlog.
 /// - **Graceful shutdown** ([`Serve::with_graceful_shutdown`]): when the signal fires the
 ///   listener is dropped (new connections are refused), connections still in their TLS
 ///   handshake are dropped, every other connection is asked to shut down gracefully
@@ -303,6 +319,10 @@ impl<S> fmt::Debug for Serve<S> {
             .field(
                 "http2_keep_alive_timeout",
                 &self.settings.keep_alive_timeout,
+            )
+            .field(
+                "http2_max_concurrent_streams",
+                &self.settings.max_concurrent_streams,
             )
             .field("graceful_shutdown", &self.signal.is_some())
             .finish_non_exhaustive()
@@ -410,6 +430,25 @@ impl<S> Serve<S> {
     pub fn http2_keep_alive(mut self, interval: Option<Duration>, timeout: Duration) -> Self {
         self.settings.keep_alive_interval = interval;
         self.settings.keep_alive_timeout = timeout;
+        self
+    }
+
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` announced to HTTP/2 clients (default
+    /// [`H2_MAX_CONCURRENT_STREAMS`], 100): streams a client opens past it are refused with
+    /// `RST_STREAM(REFUSED_STREAM)` (RFC 9113 §5.1.2), which clients retry, so a client
+    /// cannot make the server hold more requests and responses than this per connection.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// let app = axum::Router::new();
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .http2_max_concurrent_streams(250)
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn http2_max_concurrent_streams(mut self, max: u32) -> Self {
+        self.settings.max_concurrent_streams = max;
         self
     }
 

@@ -236,3 +236,89 @@ async fn serve_connection_serves_one_connection() {
     let stats = within("serve_connection", server).await.unwrap().unwrap();
     assert!(stats.bytes_written >= BIG_LEN as u64, "{stats:?}");
 }
+
+/// `serve` announces `SETTINGS_MAX_CONCURRENT_STREAMS` = [`H2_MAX_CONCURRENT_STREAMS`]
+/// (100), and a client that opens one stream more than that at once (101 slow requests in
+/// one write, so that all of them are read before any response ends) gets exactly that one
+/// refused with `RST_STREAM(REFUSED_STREAM)` (RFC 9113 §5.1.2) while the first 100 are
+/// answered: the requests a client makes the server hold are bounded.
+#[tokio::test]
+async fn streams_past_the_announced_limit_are_refused() {
+    use tls_flush::H2_MAX_CONCURRENT_STREAMS;
+    use tls_flush_testkit::frame::{
+        encode_all, parse_frames_lenient, settings_frame, Frame, HEADERS, PREFACE, RST_STREAM,
+        SETTINGS,
+    };
+    use tls_flush_testkit::tls::connect_as_localhost;
+    use tokio::io::AsyncWriteExt;
+
+    /// SETTINGS_MAX_CONCURRENT_STREAMS (RFC 9113 §6.5.2).
+    const MAX_CONCURRENT_STREAMS: u16 = 0x3;
+    /// RFC 9113 §7.
+    const REFUSED_STREAM: u32 = 0x7;
+    const END_STREAM_AND_HEADERS: u8 = 0x1 | 0x4;
+
+    assert_eq!(H2_MAX_CONCURRENT_STREAMS, 100);
+    let server = start(|s| s).await;
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut tls = within(
+        "TLS handshake",
+        connect_as_localhost(server.client.clone(), tcp),
+    )
+    .await
+    .unwrap();
+    // GET https /trickle: `:method GET` and `:scheme https` indexed, `:path` a literal.
+    let mut block = vec![0x82, 0x87, 0x04, 8];
+    block.extend_from_slice(b"/trickle");
+    let opened = H2_MAX_CONCURRENT_STREAMS + 1;
+    let mut frames = vec![settings_frame(0, &[])];
+    frames.extend(
+        (0..opened).map(|i| Frame::new(HEADERS, END_STREAM_AND_HEADERS, 2 * i + 1, block.clone())),
+    );
+    let mut hello = PREFACE.to_vec();
+    hello.extend(encode_all(&frames));
+    tls.write_all(&hello).await.unwrap();
+    tls.flush().await.unwrap();
+
+    let last = 2 * opened - 1;
+    let mut announced = None;
+    let mut resets = Vec::new();
+    let mut answered = std::collections::BTreeSet::new();
+    let mut buf = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answered.len() < H2_MAX_CONCURRENT_STREAMS as usize || resets.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "resets {resets:?}, {} answered",
+            answered.len()
+        );
+        let mut chunk = [0u8; 16384];
+        let n = within("server frames", tls.read(&mut chunk)).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        buf.extend_from_slice(&chunk[..n]);
+        let (parsed, tail) = parse_frames_lenient(&buf);
+        buf.drain(..buf.len() - tail);
+        for f in parsed {
+            match f.kind {
+                SETTINGS if f.flags & 0x1 == 0 => {
+                    announced = f
+                        .payload
+                        .chunks_exact(6)
+                        .find(|s| u16::from_be_bytes([s[0], s[1]]) == MAX_CONCURRENT_STREAMS)
+                        .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]));
+                }
+                RST_STREAM => {
+                    let code = u32::from_be_bytes(f.payload[..4].try_into().unwrap());
+                    resets.push((f.stream(), code));
+                }
+                HEADERS => {
+                    answered.insert(f.stream());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(announced, Some(H2_MAX_CONCURRENT_STREAMS));
+    assert_eq!(resets, vec![(last, REFUSED_STREAM)]);
+    assert!(!answered.contains(&last));
+}
