@@ -7,6 +7,9 @@
 //! --policy NAME         how responses reach the wire: stock, or a `tls_flush::Policy`
 //!                       (early-flush, dynamic, scheduled: the default)
 //! --record-size N       rustls `max_fragment_size`, in bytes including the 5-byte header
+//! --memory-budget BYTES a `tls_flush::MemoryBudget` of BYTES shared by all connections
+//!                       (default: the process-wide one, an eighth of the machine's memory);
+//!                       its usage is printed on stdout when its high-water mark rises
 //! ```
 
 use std::net::SocketAddr;
@@ -47,6 +50,13 @@ pub struct Args {
     /// (includes the 5-byte record header; 32..=16389). Default: rustls' maximum.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(32..=16389))]
     pub record_size: Option<u16>,
+
+    /// Memory budget shared by all connections' write queues, in bytes (default: the
+    /// process-wide `tls_flush::MemoryBudget::for_machine`). With it, each rise of the
+    /// budget's high-water mark prints `memory-budget used=U high_water=H limit=L
+    /// connections=C` on stdout, at most once per second.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_budget: Option<usize>,
 }
 
 /// The `--policy` value that serves without `tls_flush` (a stock server).
@@ -105,6 +115,8 @@ mod tests {
             "stock",
             "--record-size",
             "4096",
+            "--memory-budget",
+            "67108864",
         ])
         .unwrap();
         assert_eq!(a.addr, "[::1]:0".parse().unwrap());
@@ -112,6 +124,7 @@ mod tests {
         assert_eq!(a.key.unwrap(), PathBuf::from("k.pem"));
         assert_eq!(a.policy, None);
         assert_eq!(a.record_size, Some(4096));
+        assert_eq!(a.memory_budget, Some(64 << 20));
     }
 
     #[test]

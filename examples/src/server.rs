@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn, Instrument};
 
-use tls_flush::{FlushConfig, HttpService};
+use tls_flush::{FlushConfig, HttpService, MemoryBudget};
 
 use crate::cli::{policy_name, Args};
 use crate::BoxError;
@@ -129,8 +129,41 @@ pub async fn bind(args: &Args) -> Result<Bound, BoxError> {
 /// ```
 pub fn flush_config(args: &Args) -> Option<FlushConfig> {
     args.policy.map(|policy| {
-        FlushConfig::for_policy(policy).tls_max_fragment_size(args.record_size.map(usize::from))
+        let config = FlushConfig::for_policy(policy)
+            .tls_max_fragment_size(args.record_size.map(usize::from));
+        match args.memory_budget {
+            Some(bytes) => config.memory_budget(Some(MemoryBudget::new(bytes))),
+            None => config,
+        }
     })
+}
+
+/// How often [`report_budget`] looks at the budget.
+const BUDGET_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Prints `memory-budget used=U high_water=H limit=L connections=C` on stdout each time the
+/// budget's high-water mark rose since the last look (once per [`BUDGET_REPORT_EVERY`]),
+/// for `scripts/scale.sh`'s `budget` row; runs until the process ends.
+pub async fn report_budget(budget: MemoryBudget) {
+    let mut reported = 0;
+    let mut tick = tokio::time::interval(BUDGET_REPORT_EVERY);
+    loop {
+        tick.tick().await;
+        let high = budget.high_water();
+        if high == reported {
+            continue;
+        }
+        reported = high;
+        let mut out = io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "memory-budget used={} high_water={high} limit={} connections={}",
+            budget.used(),
+            budget.limit(),
+            budget.connections()
+        );
+        let _ = out.flush();
+    }
 }
 
 /// The process exit status for a server's outcome: success, or the error on stderr and
@@ -197,6 +230,12 @@ async fn serve_wrapped<S: HttpService>(
     service: S,
     mut shutdown: ShutdownSignal,
 ) -> io::Result<()> {
+    if let Some(budget) = config
+        .budget()
+        .filter(|b| !b.same_budget(&MemoryBudget::for_machine()))
+    {
+        tokio::spawn(report_budget(budget.clone()));
+    }
     let (stop, stopped) = oneshot::channel::<()>();
     let mut server = tls_flush::serve(listener, acceptor, config, service)
         .handshake_timeout(HANDSHAKE_TIMEOUT)
