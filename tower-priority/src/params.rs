@@ -58,6 +58,36 @@ impl PriorityParams {
     /// assert_eq!(PriorityParams::parse(b"u=1,,"), PriorityParams::default());
     /// ```
     pub fn parse(field_value: &[u8]) -> PriorityParams {
+        Self::parse_common(field_value).unwrap_or_else(|| Self::parse_structured(field_value))
+    }
+
+    /// The values clients and servers send nearly always (`u=N`, `i`, `u=N, i`, `i, u=N`,
+    /// with N a valid urgency), read without building sfv's dictionary: parsing one cost a
+    /// server about 400 cycles and three allocations per request. `None` for anything else,
+    /// which [`Self::parse_structured`] reads; on these exact values the two agree.
+    fn parse_common(field_value: &[u8]) -> Option<PriorityParams> {
+        let urgency = |d: u8| d.checked_sub(b'0').filter(|&u| u <= MAX_URGENCY);
+        let (urgency, incremental) = match *field_value {
+            [b'u', b'=', d] => (Some(urgency(d)?), None),
+            [b'i'] => (None, Some(true)),
+            [b'u', b'=', d, b',', b' ', b'i'] | [b'u', b'=', d, b',', b'i'] => {
+                (Some(urgency(d)?), Some(true))
+            }
+            [b'i', b',', b' ', b'u', b'=', d] | [b'i', b',', b'u', b'=', d] => {
+                (Some(urgency(d)?), Some(true))
+            }
+            _ => return None,
+        };
+        Some(PriorityParams {
+            urgency,
+            incremental,
+            urgency_range: None,
+        })
+    }
+
+    /// Parses a field value as a Structured Fields dictionary (RFC 9651) and reads its
+    /// members.
+    fn parse_structured(field_value: &[u8]) -> PriorityParams {
         let mut params = PriorityParams::default();
         let Ok(dict) = Parser::new(field_value).parse::<Dictionary>() else {
             return params;
@@ -154,6 +184,53 @@ impl PriorityParams {
         Priority {
             urgency,
             incremental: self.incremental.unwrap_or(base.incremental),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every value of up to six bytes over the bytes the fast path looks at (and near
+    /// misses: an urgency out of range, doubled separators): where the fast path answers,
+    /// it answers as the Structured Fields parser does.
+    #[test]
+    fn the_common_forms_parse_as_structured_fields_do() {
+        const ALPHABET: &[u8] = b"ui=078, ";
+        let mut value = Vec::new();
+        let mut answered = 0;
+        for len in 0..=6u32 {
+            for mut n in 0..ALPHABET.len().pow(len) {
+                value.clear();
+                for _ in 0..len {
+                    value.push(ALPHABET[n % ALPHABET.len()]);
+                    n /= ALPHABET.len();
+                }
+                if let Some(fast) = PriorityParams::parse_common(&value) {
+                    answered += 1;
+                    let structured = PriorityParams::parse_structured(&value);
+                    assert_eq!(fast, structured, "{:?}", String::from_utf8_lossy(&value));
+                }
+            }
+        }
+        // u=0, u=7, i, and the four two-member forms for each of the two urgencies.
+        assert_eq!(answered, 2 + 1 + 4 * 2);
+    }
+
+    #[test]
+    fn the_common_forms_take_the_fast_path() {
+        for value in ["u=0", "u=7", "i", "u=3, i", "u=3,i", "i, u=5", "i,u=5"] {
+            assert!(
+                PriorityParams::parse_common(value.as_bytes()).is_some(),
+                "{value}"
+            );
+        }
+        for value in ["u=8", "u=0 ", " i", "i=?1", "u=00", "u=1, i, i", "u=1,  i"] {
+            assert!(
+                PriorityParams::parse_common(value.as_bytes()).is_none(),
+                "{value}"
+            );
         }
     }
 }
