@@ -29,6 +29,8 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Buf;
+
 use super::chunk::Chunk;
 use super::{H2Batch, WritePath, UNIT_OVERHEAD};
 use crate::config::{FlushConfig, RecordSizing};
@@ -680,7 +682,7 @@ impl WritePath {
             }
         };
         while self.writer.chunk.len() < target {
-            let (frame, at, class) = match self.writer.current.take() {
+            let (mut frame, at, class) = match self.writer.current.take() {
                 Some(current) => current,
                 None => {
                     // Unpacked: one frame per write, as h2 wrote them.
@@ -716,12 +718,19 @@ impl WritePath {
                     waited,
                 };
             }
-            let n = (target - w.chunk.len()).min(frame.bytes.len() - at);
-            w.chunk.push(frame.bytes.slice(at..at + n));
-            if at + n < frame.bytes.len() {
+            let len = frame.bytes.len();
+            let n = (target - w.chunk.len()).min(len - at);
+            if at + n < len {
+                w.chunk.push(frame.bytes.slice(at..at + n));
                 w.current = Some((frame, at + n, class));
                 return ends(cut_after_batch, Filled::AsFarAsPossible);
             }
+            // The unit's last bytes move into the chunk: a slice would be a second
+            // reference to the unit's buffer, which costs an allocation (bytes' shared
+            // header) for a buffer not shared before: two per urgent response.
+            let mut rest = std::mem::take(&mut frame.bytes);
+            rest.advance(at);
+            w.chunk.push(rest);
             let urgent = self.ends_record(config, priorities, &frame);
             if frame.ends_stream {
                 priorities.close(frame.header.stream_id);
