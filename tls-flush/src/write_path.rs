@@ -532,6 +532,33 @@ fn observe_response_headers(
     decoder: &mut PassiveDecoder,
     priorities: &mut StreamPriorities,
 ) -> Option<u8> {
+    // A block in one frame (nearly every response's) is decoded where it is; one with
+    // CONTINUATIONs is joined first.
+    let joined;
+    let block = match FrameHeader::parse(unit) {
+        Some(h) if h.frame_len() == unit.len() => {
+            frame::header_block_fragment(&h, &unit[frame::HEADER_LEN..]).unwrap_or_default()
+        }
+        _ => {
+            joined = join_fragments(unit);
+            &joined[..]
+        }
+    };
+    let field = decoder.priority_field(block);
+    if first.kind == frame::HEADERS {
+        let pinned = match field {
+            Some(PriorityField::Value(value)) => Some(PriorityParams::parse(value)),
+            Some(PriorityField::Absent | PriorityField::TooLong) | None => None,
+        };
+        priorities.response_started(first.stream_id, pinned)
+    } else {
+        None
+    }
+}
+
+/// The header block fragments of a unit's frames (HEADERS or PUSH_PROMISE, then
+/// CONTINUATIONs), joined; a frame whose padding is malformed adds nothing.
+fn join_fragments(unit: &[u8]) -> Vec<u8> {
     let mut block = Vec::new();
     let mut rest = unit;
     while let Some(h) = FrameHeader::parse(rest) {
@@ -543,14 +570,5 @@ fn observe_response_headers(
         }
         rest = &rest[h.frame_len()..];
     }
-    let field = decoder.priority_field(&block);
-    if first.kind == frame::HEADERS {
-        let pinned = match field {
-            Some(PriorityField::Value(value)) => Some(PriorityParams::parse(value)),
-            Some(PriorityField::Absent | PriorityField::TooLong) | None => None,
-        };
-        priorities.response_started(first.stream_id, pinned)
-    } else {
-        None
-    }
+    block
 }
