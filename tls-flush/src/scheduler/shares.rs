@@ -55,6 +55,11 @@ impl UrgencyShares {
     /// The level whose DATA goes next, of the `waiting` ones (bit `u` set: urgency `u` has
     /// DATA queued).
     pub(crate) fn next(&self, waiting: u8) -> Option<usize> {
+        // One level waiting (nearly always): it goes, whatever the tags say. This runs
+        // several times per record (every peek at what goes next).
+        if waiting.is_power_of_two() {
+            return Some(waiting.trailing_zeros() as usize);
+        }
         (0..8)
             .filter(|&u| waiting & (1 << u) != 0)
             .min_by_key(|&u| (self.tag(u), u))
