@@ -18,6 +18,30 @@
 #                     loopback connection count), and server CPU seconds (utime+stime) from the
 #                     first connection until then ("stall s" is that time; it includes the
 #                     TLS handshakes). Then the clients close and the server must still answer.
+#   budget            The issue's memory budget: a `scheduled` server with `--memory-budget
+#                     SCALE_BUDGET` and SCALE_BUDGET_STALLED connections stalled as above on
+#                     SCALE_BUDGET_PATH (scale_clients.py stalled-then-read). Once the server's
+#                     RSS has settled (as above, plus 1.5 s for the server's once-a-second
+#                     `memory-budget ... high_water=H` line), the clients are told (SIGUSR1)
+#                     to read every response to its end and check it byte-exact. Reports the
+#                     budget's high water (the largest H the server printed, stalled and over
+#                     the whole run), high water / budget, downloads completed, the server's
+#                     RSS per connection while stalled, and the seconds the reads took. Fails
+#                     if a download failed or was short or corrupt, or if the high water
+#                     passed max(budget, connections x 33042): the budget bounds the queues'
+#                     sum except that every connection keeps its floor (BUDGET_FLOOR in
+#                     tls-flush/src/memory_budget.rs, 2 x (16384 + 9 + 128) bytes), so a
+#                     budget below connections x floor cannot hold (2,000 x 33042 B = 63.0 MiB
+#                     fits the default 64 MiB; 100 x 33042 B = 3.2 MiB does not fit 2 MiB).
+#                     The default path is 4 MiB: well beyond what a stalled connection
+#                     takes before the server's queue stops (kernel buffers ~150 KB on
+#                     loopback here, h2's send buffer at most 128 KiB, the queue's limits),
+#                     so every queue is as full as it gets; within the 6 MiB stream window,
+#                     so the socket stalls the server, not flow control; and 2,000 x 4 MiB
+#                     = 7.8 GiB is read back by the one Python process in about a minute
+#                     (~120-200 MB/s here; 16 MiB would take four times as long and show
+#                     nothing more). With SCALE_BUDGET_STOCK=1 the same runs against
+#                     `stock` too (no budget: its RSS per connection for comparison).
 #
 # The h2load rows run against one server per policy started at the beginning; idle and
 # stalled start a fresh server for each measurement (so the RSS deltas do not depend on what
@@ -28,15 +52,21 @@
 #   scripts/scale.sh [ROUNDS]     # default 5
 #   SCALE_IDLE=10000 scripts/scale.sh 3
 #   SCALE_ROWS=idle,stalled SCALE_IDLE=200 SCALE_STALLED=100 scripts/scale.sh 1
+#   SCALE_ROWS=budget SCALE_BUDGET_STALLED=300 SCALE_BUDGET=16777216 scripts/scale.sh 1
 #
 # Environment (defaults in brackets):
-#   SCALE_ROWS [c10,c100,c1000,size1k,bulk,idle,stalled]  rows to run (numbers 1-7 also work)
+#   SCALE_ROWS [c10,c100,c1000,size1k,bulk,idle,stalled,budget]  rows to run (numbers 1-8
+#                            also work)
 #   SCALE_REQUESTS [200000]  h2load -n for the c10, c100, c1000 and size1k rows (at least -c)
 #   SCALE_BULK [400]         h2load -n for the bulk row (1 MiB responses)
 #   SCALE_IDLE [1000]        idle connections (10000 works; the fd limit is raised to 65536
 #                            or the hard limit)
 #   SCALE_STALLED [1000]     stalled downloads
 #   SCALE_STALLED_PATH [/size/16777216]  what each stalled connection requests
+#   SCALE_BUDGET_STALLED [2000]  stalled downloads of the budget row
+#   SCALE_BUDGET [67108864]  the budget row's --memory-budget, bytes (64 MiB)
+#   SCALE_BUDGET_PATH [/size/4194304]  what each of them requests (a /size/BYTES path)
+#   SCALE_BUDGET_STOCK [0]   1: run the budget row against stock too
 #   SCALE_OUT [target/scale/<date>]  where server logs, h2load and client outputs go
 #   SCALE_SKIP_BUILD         set to 1 to use the already built binary
 #
@@ -47,12 +77,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=${1:-5}
-rows=${SCALE_ROWS:-c10,c100,c1000,size1k,bulk,idle,stalled}
+rows=${SCALE_ROWS:-c10,c100,c1000,size1k,bulk,idle,stalled,budget}
 requests=${SCALE_REQUESTS:-200000}
 bulk_n=${SCALE_BULK:-400}
 idle_n=${SCALE_IDLE:-1000}
 stalled_n=${SCALE_STALLED:-1000}
 stalled_path=${SCALE_STALLED_PATH:-/size/16777216}
+budget_n=${SCALE_BUDGET_STALLED:-2000}
+budget=${SCALE_BUDGET:-67108864}
+budget_path=${SCALE_BUDGET_PATH:-/size/4194304}
+budget_stock=${SCALE_BUDGET_STOCK:-0}
+# tls_flush::BUDGET_FLOOR: what each connection's queue may hold whatever the budget's state,
+# two full DATA frames with their accounted overhead, 2 x (16384 + 9 + 128).
+budget_floor=33042
 out=${SCALE_OUT:-target/scale/$(date +%Y%m%d-%H%M%S)}
 target_dir=${CARGO_TARGET_DIR:-target}
 bin=$target_dir/release/examples/axum
@@ -63,12 +100,12 @@ tck=$(getconf CLK_TCK)
 command -v h2load >/dev/null 2>&1 || { echo "scale: h2load not found; run scripts/install-test-tools.sh (as root)" >&2; exit 2; }
 python3 -c 'import h2' 2>/dev/null || { echo "scale: python3 lacks the h2 package (pip install h2)" >&2; exit 2; }
 
-# Rows to run: names, or numbers 1-7.
-all_rows=(c10 c100 c1000 size1k bulk idle stalled)
+# Rows to run: names, or numbers 1-8.
+all_rows=(c10 c100 c1000 size1k bulk idle stalled budget)
 declare -A want
 IFS=, read -ra picked <<<"$rows"
 for p in "${picked[@]}"; do
-    [[ $p =~ ^[1-7]$ ]] && p=${all_rows[p - 1]}
+    [[ $p =~ ^[1-8]$ ]] && p=${all_rows[p - 1]}
     [[ " ${all_rows[*]} " == *" $p "* ]] || { echo "scale: unknown row '$p' (rows: ${all_rows[*]})" >&2; exit 2; }
     want[$p]=1
 done
@@ -80,6 +117,7 @@ nofile=65536
 [[ $hard != unlimited ]] && (( hard < nofile )) && nofile=$hard
 ulimit -n "$nofile"
 need=$(( idle_n > stalled_n ? idle_n : stalled_n ))
+(( budget_n > need )) && need=$budget_n
 (( need < 1000 )) && need=1000
 if (( nofile < need + 100 )); then
     echo "scale: the open-files limit ($nofile) is too low for $need connections" >&2
@@ -115,11 +153,13 @@ cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $12 + $
 tcp_pages() { awk '$1 == "TCP:" { for (i = 2; i < NF; i++) if ($i == "mem") print $(i + 1) }' /proc/net/sockstat; }
 calc() { awk "BEGIN { printf \"$1\", $2 }"; }
 
-# start_server POLICY TAG: starts a server, sets spid and surl.
-spid= surl=
+# start_server POLICY TAG [ARGS...]: starts a server (with ARGS), sets spid, surl and slog
+# (its output files without .stdout/.stderr).
+spid= surl= slog=
 start_server() {
     local log=$out/$1.$2
-    RUST_LOG=warn "$bin" --addr 127.0.0.1:0 --policy "$1" >"$log.stdout" 2>"$log.stderr" &
+    slog=$log
+    RUST_LOG=warn "$bin" --addr 127.0.0.1:0 --policy "$1" "${@:3}" >"$log.stdout" 2>"$log.stderr" &
     spid=$!
     pids+=("$spid")
     local line=
@@ -289,6 +329,64 @@ row_stalled() { # policy
         "$r" "$p" stalled "$rss" "$tcp" "$cpu" "$dt" "$ok" "$rss0" "$rss1" "$secs"
 }
 
+# high_water LOG: the largest high_water= in a server's `memory-budget` lines (0 if none).
+high_water() {
+    awk '$1 == "memory-budget" { for (i = 2; i <= NF; i++) if ($i ~ /^high_water=/) {
+             v = substr($i, 12) + 0; if (v > m) m = v } } END { print m + 0 }' "$1.stdout"
+}
+
+row_budget() { # policy
+    local p=$1
+    local -a extra=()
+    [[ $p == scheduled ]] && extra=(--memory-budget "$budget")
+    sleep 1 # let the sockets of the previous row go
+    start_server "$p" "budget.r$r" "${extra[@]}"
+    local log=$slog f=$out/$p.stalled-then-read.r$r.clients rss0 rss1
+    rss0=$(rss_kib "$spid")
+    clients stalled-then-read "$p" "$budget_n" "$surl" "$budget_path"
+    read -r ok _ secs <<<"$cready"
+    settle "$spid"
+    sleep 1.5 # the server prints the high water at most once a second
+    rss1=$(rss_kib "$spid")
+    local hw_stall hw rc=0 line completed=0 rsecs=0
+    hw_stall=$(high_water "$log")
+    kill -0 "$spid" 2>/dev/null || warn "$p server died while stalled"
+    kill -USR1 "$cpid" 2>/dev/null || true
+    wait "$cpid" || rc=$?
+    forget "$cpid"
+    line=$(grep -m1 '^read ' "$f.out" || true)
+    if [[ $line =~ ^read\ completed=([0-9]+)\ failed=([0-9]+)\ bytes=[0-9]+\ secs=([0-9.]+)$ ]]; then
+        completed=${BASH_REMATCH[1]} rsecs=${BASH_REMATCH[3]}
+    fi
+    (( rc == 0 && completed == budget_n )) ||
+        warn "$p budget: $completed of $budget_n downloads of $budget_path completed byte-exact (exit $rc; see $f.err)"
+    sleep 1.5
+    hw=$(high_water "$log")
+    alive "$p" "$spid" "$surl" || true
+    stop_server "$spid"
+    local rss
+    rss=$(calc %.2f "($rss1 - $rss0) / $ok")
+    record budget_rss "$p" "$rss"
+    record budget_done "$p" "$completed"
+    record budget_read_s "$p" "$rsecs"
+    if [[ $p == scheduled ]]; then
+        local floors=$(( ok * budget_floor )) bound ratio
+        bound=$(( floors > budget ? floors : budget ))
+        ratio=$(calc %.3f "$hw / $budget")
+        record budget_hw_stall "$p" "$(calc %.2f "$hw_stall / 1048576")"
+        record budget_hw "$p" "$(calc %.2f "$hw / 1048576")"
+        record budget_ratio "$p" "$ratio"
+        (( hw > 0 )) || warn "$p budget: the server printed no memory-budget line (see $log.stdout)"
+        (( floors <= budget )) || echo "scale: note: $ok connections' floors ($floors B) exceed the budget ($budget B); the bound is the floors"
+        (( hw <= bound )) || warn "$p budget: high water $hw B passed the bound $bound B (budget $budget B)"
+        printf 'round %d %-9s %-7s high water %d B (%d B while stalled) = %.3f x budget %d B (bound %d B); %d/%d downloads byte-exact in %ss; %.2f KiB/conn RSS (RSS %d -> %d KiB, set up in %ss)\n' \
+            "$r" "$p" budget "$hw" "$hw_stall" "$ratio" "$budget" "$bound" "$completed" "$budget_n" "$rsecs" "$rss" "$rss0" "$rss1" "$secs"
+    else
+        printf 'round %d %-9s %-7s no budget; %d/%d downloads byte-exact in %ss; %.2f KiB/conn RSS (RSS %d -> %d KiB, set up in %ss)\n' \
+            "$r" "$p" budget "$completed" "$budget_n" "$rsecs" "$rss" "$rss0" "$rss1" "$secs"
+    fi
+}
+
 declare -A url pid
 if has c10 || has c100 || has c1000 || has size1k || has bulk; then
     for p in stock scheduled; do
@@ -299,7 +397,8 @@ if has c10 || has c100 || has c1000 || has size1k || has bulk; then
 fi
 
 echo "scale: $rounds round(s); rows ${rows}; -n $requests (bulk $bulk_n); $idle_n idle;" \
-    "$stalled_n stalled on $stalled_path; outputs in $out"
+    "$stalled_n stalled on $stalled_path; budget $budget B for $budget_n on $budget_path;" \
+    "outputs in $out"
 for r in $(seq "$rounds"); do
     if (( r % 2 == 1 )); then order=(stock scheduled); else order=(scheduled stock); fi
     for row in "${all_rows[@]}"; do
@@ -313,6 +412,7 @@ for r in $(seq "$rounds"); do
                 bulk) row_bulk "$p" ;;
                 idle) row_idle "$p" ;;
                 stalled) row_stalled "$p" ;;
+                budget) if [[ $p == scheduled || $budget_stock == 1 ]]; then row_budget "$p"; fi ;;
             esac
         done
     done
@@ -328,7 +428,8 @@ echo "Medians over $rounds round(s) (min–max); the ratio column is the median 
 echo
 echo "| row | stock | scheduled | scheduled/stock |"
 echo "|---|---|---|---|"
-awk -F'\t' -v idle="$idle_n" -v stalled="$stalled_n" -v spath="$stalled_path" '
+awk -F'\t' -v idle="$idle_n" -v stalled="$stalled_n" -v spath="$stalled_path" \
+    -v bn="$budget_n" -v bpath="$budget_path" -v bmib="$(calc %g "$budget / 1048576")" '
     function med(a, n,   i, j, t) {
         for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -340,7 +441,7 @@ awk -F'\t' -v idle="$idle_n" -v stalled="$stalled_n" -v spath="$stalled_path" '
     }
     { v[$2, $3, $1] = $4; seen[$2] = 1; if ($1 > R) R = $1 }
     END {
-        n = split("c10_rps c10_ms c100_rps c100_ms c1000_rps c1000_ms size1k_rps bulk_mbs idle_kib stall_rss stall_tcp stall_cpu stall_secs", keys, " ")
+        n = split("c10_rps c10_ms c100_rps c100_ms c1000_rps c1000_ms size1k_rps bulk_mbs idle_kib stall_rss stall_tcp stall_cpu stall_secs budget_hw_stall budget_hw budget_ratio budget_done budget_rss budget_read_s", keys, " ")
         label["c10_rps"] = "1 -c 10 -m 10 /critical: req/s"; fmt["c10_rps"] = "%.0f"
         label["c10_ms"] = "1 -c 10 -m 10 /critical: mean ms"; fmt["c10_ms"] = "%.2f"
         label["c100_rps"] = "2 -c 100 -m 10 /critical: req/s"; fmt["c100_rps"] = "%.0f"
@@ -354,6 +455,13 @@ awk -F'\t' -v idle="$idle_n" -v stalled="$stalled_n" -v spath="$stalled_path" '
         label["stall_tcp"] = "7 " stalled " stalled: kernel TCP KiB/conn"; fmt["stall_tcp"] = "%.1f"
         label["stall_cpu"] = "7 " stalled " stalled: server CPU s"; fmt["stall_cpu"] = "%.2f"
         label["stall_secs"] = "7 " stalled " stalled: stall s"; fmt["stall_secs"] = "%.1f"
+        b = "8 " bn " stalled " bpath ", budget " bmib " MiB: "
+        label["budget_hw_stall"] = b "queued high water MiB, stalled"; fmt["budget_hw_stall"] = "%.2f"
+        label["budget_hw"] = b "queued high water MiB, whole run"; fmt["budget_hw"] = "%.2f"
+        label["budget_ratio"] = b "high water / budget"; fmt["budget_ratio"] = "%.3f"
+        label["budget_done"] = b "downloads byte-exact (of " bn ")"; fmt["budget_done"] = "%.0f"
+        label["budget_rss"] = b "server RSS KiB/conn, stalled"; fmt["budget_rss"] = "%.1f"
+        label["budget_read_s"] = b "read-back s"; fmt["budget_read_s"] = "%.1f"
         for (i = 1; i <= n; i++) {
             k = keys[i]
             if (!(k in seen)) continue

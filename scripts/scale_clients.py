@@ -3,6 +3,7 @@
 
     scale_clients.py idle URL N
     scale_clients.py stalled URL N PATH
+    scale_clients.py stalled-then-read URL N /size/BYTES
 
 Opens N connections to URL (https://IP:PORT; the certificate is not verified; ALPN h2) with
 non-blocking sockets under one selector, at most --parallel of them in TCP/TLS setup at a
@@ -16,15 +17,27 @@ time, and sends the HTTP/2 preface with Chromium-sized flow-control settings
   reads that socket again (default socket buffers: the kernel's receive buffer fills, then
   the server's send buffer and queues).
 
+- stalled-then-read: like stalled until SIGUSR1; then reads every response to its end,
+  acknowledging what it reads (WINDOW_UPDATEs, so bodies larger than the windows complete),
+  and checks each body byte-exact against what the examples' `/size/BYTES` sends: BYTES
+  bytes, the byte at offset i being i % 251 (examples/src/body.rs), plus a matching
+  content-length. Each connection is closed once its response has ended.
+
 Prints one line `ready ok=K failed=F secs=S` on stdout once every connection is set up (or
-failed, or --timeout passed), then holds the connections until SIGTERM or SIGINT, closes
-them, prints `closed` and exits 0. Errors go to stderr
-(the first few, then a count). Needs the `h2` package (pip install h2).
+failed, or --timeout passed). idle and stalled then hold the connections until SIGTERM or
+SIGINT, close them, print `closed` and exit 0. stalled-then-read holds them until SIGUSR1
+(SIGTERM or SIGINT close them as above), reads, and prints
+`read completed=C failed=F bytes=B secs=S` (B: body bytes received and checked, S: from the
+signal until the last response ended; connections that failed at setup count as failed),
+then exits 0 if every download completed byte-exact, 1 otherwise (or when --read-timeout
+passed first). Errors go to stderr (the first few, then "..."). Needs the `h2` package
+(pip install h2).
 """
 
 import argparse
 import errno
 import os
+import re
 import selectors
 import signal
 import socket
@@ -43,11 +56,32 @@ STREAM_WINDOW = 6 * 1024 * 1024
 CONN_WINDOW = 15 * 1024 * 1024
 DEFAULT_CONN_WINDOW = 65535
 
-CONNECTING, HANDSHAKE, SETUP, READY, STALLED, FAILED = range(6)
+# The examples' body pattern (examples/src/body.rs): the byte at offset i is i % 251.
+PATTERN_PERIOD = 251
+# Enough pattern to compare any DATA frame at any offset with one slice: a frame carries at
+# most SETTINGS_MAX_FRAME_SIZE bytes, which these clients leave at its 16 KiB default
+# (RFC 9113 section 6.5.2); 64 KiB leaves room, and longer chunks are compared in pieces.
+PATTERN_SPAN = 64 * 1024
+PATTERN = bytes(i % PATTERN_PERIOD for i in range(PATTERN_SPAN + PATTERN_PERIOD))
+
+CONNECTING, HANDSHAKE, SETUP, READY, STALLED, READING, DONE, FAILED = range(8)
+
+
+def pattern_matches(offset, data):
+    """True when data is the body pattern from offset on."""
+    view = memoryview(data)
+    while view:
+        k = min(len(view), PATTERN_SPAN)
+        start = offset % PATTERN_PERIOD
+        if view[:k] != PATTERN[start : start + k]:
+            return False
+        view = view[k:]
+        offset += k
+    return True
 
 
 class Conn:
-    __slots__ = ("sock", "tls", "h2", "state", "out", "status", "events")
+    __slots__ = ("sock", "tls", "h2", "state", "out", "status", "events", "got", "unacked")
 
     def __init__(self):
         self.sock = None
@@ -57,17 +91,30 @@ class Conn:
         self.out = b""
         self.status = None
         self.events = 0
+        self.got = 0  # body bytes received (and checked) so far
+        self.unacked = 0  # flow-controlled bytes not yet acknowledged
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["idle", "stalled"])
+    ap.add_argument("mode", choices=["idle", "stalled", "stalled-then-read"])
     ap.add_argument("url")
     ap.add_argument("n", type=int)
     ap.add_argument("path", nargs="?", default="/size/16777216")
     ap.add_argument("--parallel", type=int, default=200, help="connections in setup at once")
     ap.add_argument("--timeout", type=float, default=300, help="seconds for the setup")
+    ap.add_argument(
+        "--read-timeout", type=float, default=1800, help="seconds for the reads after SIGUSR1"
+    )
     args = ap.parse_args()
+    reads = args.mode == "stalled-then-read"
+    stalls = args.mode != "idle"
+    expected = None
+    if reads:
+        m = re.fullmatch(r"/size/([0-9]+)", args.path)
+        if not m:
+            ap.error("stalled-then-read needs a /size/BYTES path (its body is known)")
+        expected = int(m.group(1))
 
     u = urlsplit(args.url)
     host, port = u.hostname, u.port or 443
@@ -81,18 +128,29 @@ def main():
 
     sel = selectors.DefaultSelector()
     conns = []
-    errors = []
+    errors = []  # the first few, printed with the ready line
+    noted = 0
     pending = args.n  # not yet started
     in_setup = 0
     done = 0  # READY, STALLED or FAILED
     stop = False
+    go = False  # SIGUSR1 came: read (stalled-then-read)
+    completed = 0
+    read_failed = 0
+    read_bytes = 0
 
     def on_signal(_sig, _frame):
         nonlocal stop
         stop = True
 
+    def on_go(_sig, _frame):
+        nonlocal go
+        go = True
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if reads:
+        signal.signal(signal.SIGUSR1, on_go)
 
     def set_events(c, ev):
         if ev == c.events:
@@ -105,15 +163,25 @@ def main():
             sel.modify(c.sock, ev, c)
         c.events = ev
 
-    def fail(c, why):
-        nonlocal in_setup, done
-        if len(errors) < 5:
+    def note(why):
+        nonlocal noted
+        noted += 1
+        if noted > 6:
+            return
+        why = why if noted <= 5 else "..."
+        if go:  # past the ready line: at once
+            print(f"scale_clients: {why}", file=sys.stderr, flush=True)
+        else:
             errors.append(why)
-        elif len(errors) == 5:
-            errors.append("...")
+
+    def fail(c, why):
+        nonlocal in_setup, done, read_failed
+        note(why)
         if c.state in (CONNECTING, HANDSHAKE, SETUP):
             in_setup -= 1
             done += 1
+        elif c.state in (STALLED, READING):
+            read_failed += 1
         set_events(c, 0)
         c.state = FAILED
         try:
@@ -142,6 +210,26 @@ def main():
             return
         set_events(c, selectors.EVENT_WRITE)
 
+    def finish_read(c):
+        nonlocal completed, read_bytes
+        completed += 1
+        read_bytes += c.got
+        set_events(c, 0)
+        c.state = DONE
+        try:
+            c.sock.close()
+        except OSError:
+            pass
+
+    def start_reading():
+        for c in conns:
+            if c.state == STALLED:
+                c.state = READING
+                if c.unacked:  # what came with the response headers
+                    c.h2.acknowledge_received_data(c.unacked, 1)
+                    c.unacked = 0
+                step(c, selectors.EVENT_READ)
+
     def flush(c):
         """Sends c.out and what h2 has queued; False if the socket would block."""
         c.out += c.h2.data_to_send()
@@ -167,7 +255,7 @@ def main():
         )
         c.h2.initiate_connection()
         c.h2.increment_flow_control_window(CONN_WINDOW - DEFAULT_CONN_WINDOW)
-        if args.mode == "stalled":
+        if stalls:
             c.h2.send_headers(
                 1,
                 [
@@ -193,6 +281,8 @@ def main():
             if not data:
                 if c.state == SETUP:
                     fail(c, "server closed the connection during setup")
+                elif c.state == READING:
+                    fail(c, f"server closed the connection after {c.got} of {expected} bytes")
                 else:
                     set_events(c, 0)
                     c.state = FAILED
@@ -208,15 +298,44 @@ def main():
                         finish_setup(c, READY)
                 elif isinstance(ev, h2.events.ResponseReceived):
                     if c.state == SETUP:
-                        status = dict(ev.headers).get(b":status")
+                        headers = dict(ev.headers)
+                        status = headers.get(b":status")
                         if status != b"200":
                             fail(c, f"status {status!r}")
                             return False
+                        length = headers.get(b"content-length")
+                        if reads and length != str(expected).encode():
+                            fail(c, f"content-length {length!r}, expected {expected}")
+                            return False
                         finish_setup(c, STALLED)
-                elif isinstance(ev, (h2.events.ConnectionTerminated, h2.events.StreamReset)):
-                    if c.state == SETUP:
-                        fail(c, f"h2: {ev!r}")
+                elif isinstance(ev, h2.events.DataReceived):
+                    if not reads:
+                        continue
+                    if not pattern_matches(c.got, ev.data):
+                        end = c.got + len(ev.data)
+                        fail(c, f"body differs from the pattern within bytes {c.got}..{end}")
                         return False
+                    c.got += len(ev.data)
+                    c.unacked += ev.flow_controlled_length
+                    if c.got > expected:
+                        fail(c, f"body longer than {expected} bytes")
+                        return False
+                elif isinstance(ev, h2.events.StreamEnded):
+                    if reads and c.state in (STALLED, READING):
+                        if c.got != expected:
+                            fail(c, f"body ended after {c.got} of {expected} bytes")
+                            return False
+                        finish_read(c)
+                        return False
+                elif isinstance(ev, (h2.events.ConnectionTerminated, h2.events.StreamReset)):
+                    if c.state in (SETUP, STALLED, READING):
+                        fail(c, f"h2: {ev!r} after {c.got} body bytes")
+                        return False
+            if c.state == READING and c.unacked:
+                # Return what was read to both windows (h2 sends a WINDOW_UPDATE once enough
+                # has been acknowledged), so that bodies beyond the windows keep coming.
+                c.h2.acknowledge_received_data(c.unacked, 1)
+                c.unacked = 0
             if c.state == STALLED:
                 # Never read again: whatever else arrived stays in the kernel buffer.
                 set_events(c, 0)
@@ -250,10 +369,10 @@ def main():
                 return
             start_h2(c)
             mask = selectors.EVENT_READ  # the server may have sent its SETTINGS already
-        if c.state in (SETUP, READY):
+        if c.state in (SETUP, READY, READING):
             if mask & selectors.EVENT_READ and not read_h2(c):
                 return
-            if c.state == FAILED:
+            if c.state in (FAILED, DONE):
                 return
             try:
                 sent = flush(c)
@@ -267,15 +386,28 @@ def main():
     t0 = time.monotonic()
     deadline = t0 + args.timeout
     reported = False
+    reading = False
+    t_read = None
     while not stop:
         while pending and in_setup < args.parallel:
             start_one()
         if not reported and (done == args.n or time.monotonic() > deadline):
-            ok = sum(c.state in (READY, STALLED) for c in conns)
+            ok = sum(c.state in (READY, STALLED, DONE) for c in conns)
             for why in errors:
                 print(f"scale_clients: {why}", file=sys.stderr)
             print(f"ready ok={ok} failed={args.n - ok} secs={time.monotonic() - t0:.2f}", flush=True)
             reported = True
+        if go and reported and not reading:
+            reading = True
+            t_read = time.monotonic()
+            start_reading()
+        if reading:
+            if completed + read_failed == ok:
+                break
+            if time.monotonic() > t_read + args.read_timeout:
+                note(f"--read-timeout: {ok - completed - read_failed} downloads unfinished")
+                read_failed = ok - completed
+                break
         try:
             ready = sel.select(timeout=0.5)
         except InterruptedError:
@@ -287,6 +419,14 @@ def main():
             c.sock.close()
         except OSError:
             pass
+    if reading:
+        failed = args.n - completed
+        secs = time.monotonic() - t_read
+        print(
+            f"read completed={completed} failed={failed} bytes={read_bytes} secs={secs:.2f}",
+            flush=True,
+        )
+        sys.exit(1 if failed else 0)
     print("closed", flush=True)
 
 
