@@ -57,7 +57,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::frame::{FrameHeader, CLIENT_PREFACE, HEADERS};
+
+mod body;
 use crate::Transport;
+pub(crate) use body::OrEmpty;
 
 /// A request extension: (the start of) this request arrived as TLS 1.3 early data, which
 /// an attacker can replay (RFC 8470).
@@ -80,9 +83,13 @@ pub struct EarlyData;
 /// ```
 #[derive(Debug, Clone)]
 pub struct EarlyRequests {
+    /// How many of the next requests are early; [`ALL_EARLY`] for every one.
     remaining: Arc<AtomicUsize>,
-    all: bool,
 }
+
+/// [`EarlyRequests::remaining`] when every request of the connection is early (its early
+/// bytes were not HTTP/2).
+const ALL_EARLY: usize = usize::MAX;
 
 impl EarlyRequests {
     /// No request is early.
@@ -97,7 +104,6 @@ impl EarlyRequests {
     fn first(n: usize) -> Self {
         EarlyRequests {
             remaining: Arc::new(AtomicUsize::new(n)),
-            all: false,
         }
     }
 
@@ -111,11 +117,13 @@ impl EarlyRequests {
     /// assert!(request.extensions().get::<tls_flush::EarlyData>().is_none());
     /// ```
     pub fn mark<B>(&self, request: &mut http::Request<B>) -> bool {
-        let early = self.all
-            || self
-                .remaining
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-                .is_ok();
+        let early = self
+            .remaining
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
+                ALL_EARLY => Some(ALL_EARLY),
+                n => n.checked_sub(1),
+            })
+            .is_ok();
         if early {
             request.extensions_mut().insert(EarlyData);
         }
@@ -128,11 +136,67 @@ impl EarlyRequests {
     /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
     /// ```
     pub fn remaining(&self) -> usize {
-        if self.all {
-            usize::MAX
-        } else {
-            self.remaining.load(Ordering::Acquire)
+        self.remaining.load(Ordering::Acquire)
+    }
+
+    /// `n` more requests are early (`ALL_EARLY`: all of them).
+    fn add(&self, n: usize) {
+        let _ = self
+            .remaining
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| match (r, n) {
+                (ALL_EARLY, _) | (_, ALL_EARLY) => Some(ALL_EARLY),
+                (r, n) => Some(r.saturating_add(n).min(ALL_EARLY - 1)),
+            });
+    }
+}
+
+/// Counts the requests that begin in early data as its bytes are read, a piece at a time
+/// (for [`HalfRttStream`](crate::HalfRttStream), which hands early data on while more may
+/// still arrive). It keeps the early bytes seen, at most the server's
+/// `max_early_data_size`, since rustls accepts no more.
+#[derive(Debug)]
+pub(crate) struct EarlyCounter {
+    seen: Vec<u8>,
+    counted: usize,
+    requests: EarlyRequests,
+}
+
+impl Default for EarlyCounter {
+    fn default() -> Self {
+        EarlyCounter {
+            seen: Vec::new(),
+            counted: 0,
+            requests: EarlyRequests::none(),
         }
+    }
+}
+
+impl EarlyCounter {
+    /// The early bytes handed on so far continue with `chunk`: count the requests that
+    /// began in them. A count only grows (a frame header cut before its type counted as
+    /// HEADERS stays counted: more marked, never fewer).
+    pub(crate) fn feed(&mut self, chunk: &[u8]) {
+        self.seen.extend_from_slice(chunk);
+        let count = early_count(&self.seen);
+        if count > self.counted {
+            let add = if count == ALL_EARLY {
+                ALL_EARLY
+            } else {
+                count - self.counted
+            };
+            self.requests.add(add);
+            self.counted = count;
+        }
+    }
+
+    /// The requests to mark, shared with every clone.
+    pub(crate) fn requests(&self) -> EarlyRequests {
+        self.requests.clone()
+    }
+
+    /// Early bytes fed so far.
+    pub(crate) fn bytes(&self) -> usize {
+        self.seen.len()
     }
 }
 
@@ -220,15 +284,18 @@ impl<IO> EarlyDataStream<IO> {
 /// The requests that began in `early`: HTTP/2 HEADERS frames opening a stream, counted by
 /// where they start (a frame header cut before its type counts as one, to be safe).
 fn early_requests(early: &[u8]) -> EarlyRequests {
+    EarlyRequests::first(early_count(early))
+}
+
+/// How many requests began in `early` ([`ALL_EARLY`]: its bytes are not HTTP/2, every
+/// request of the connection is early).
+fn early_count(early: &[u8]) -> usize {
     if early.is_empty() {
-        return EarlyRequests::none();
+        return 0;
     }
     let n = early.len().min(CLIENT_PREFACE.len());
     if early[..n] != CLIENT_PREFACE[..n] {
-        return EarlyRequests {
-            remaining: Arc::new(AtomicUsize::new(0)),
-            all: true,
-        };
+        return ALL_EARLY;
     }
     let (mut pos, mut count, mut highest) = (CLIENT_PREFACE.len(), 0usize, 0u32);
     while let Some(rest) = early.get(pos..).filter(|r| !r.is_empty()) {
@@ -243,7 +310,7 @@ fn early_requests(early: &[u8]) -> EarlyRequests {
         }
         pos = pos.saturating_add(header.frame_len());
     }
-    EarlyRequests::first(count)
+    count
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataStream<IO> {
@@ -323,7 +390,18 @@ impl<T: Transport> Transport for EarlyDataStream<T> {
 /// ```
 #[derive(Debug, Clone)]
 pub struct TooEarlyLayer {
-    safe: Arc<[http::Method]>,
+    rule: Rule,
+}
+
+/// Which early requests [`TooEarly`] lets through.
+#[derive(Debug, Clone)]
+enum Rule {
+    /// Those whose method is listed; `425 Too Early` for the others.
+    Safe(Arc<[http::Method]>),
+    /// All of them, with `Early-Data: 1`.
+    Any,
+    /// All of them untouched (what `serve` does without 0.5-RTT).
+    PassThrough,
 }
 
 impl Default for TooEarlyLayer {
@@ -340,7 +418,11 @@ impl TooEarlyLayer {
     /// ```
     pub fn new() -> Self {
         TooEarlyLayer {
-            safe: Arc::from([http::Method::GET, http::Method::HEAD, http::Method::OPTIONS]),
+            rule: Rule::Safe(Arc::from([
+                http::Method::GET,
+                http::Method::HEAD,
+                http::Method::OPTIONS,
+            ])),
         }
     }
 
@@ -351,8 +433,26 @@ impl TooEarlyLayer {
     /// ```
     #[must_use]
     pub fn safe_methods(mut self, methods: impl IntoIterator<Item = http::Method>) -> Self {
-        self.safe = methods.into_iter().collect();
+        self.rule = Rule::Safe(methods.into_iter().collect());
         self
+    }
+
+    /// Every early request is served (with `Early-Data: 1`), whatever its method: for an
+    /// app whose handlers are all safe to replay, or that checks
+    /// [`EarlyData`] itself.
+    ///
+    /// ```
+    /// let _layer = tls_flush::TooEarlyLayer::any_method();
+    /// ```
+    pub fn any_method() -> Self {
+        TooEarlyLayer { rule: Rule::Any }
+    }
+
+    /// Lets everything through untouched: `serve`'s layer without 0.5-RTT.
+    pub(crate) fn pass_through() -> Self {
+        TooEarlyLayer {
+            rule: Rule::PassThrough,
+        }
     }
 }
 
@@ -362,7 +462,7 @@ impl<S> tower::Layer<S> for TooEarlyLayer {
     fn layer(&self, inner: S) -> TooEarly<S> {
         TooEarly {
             inner,
-            safe: self.safe.clone(),
+            rule: self.rule.clone(),
         }
     }
 }
@@ -379,7 +479,7 @@ impl<S> tower::Layer<S> for TooEarlyLayer {
 #[derive(Debug, Clone)]
 pub struct TooEarly<S> {
     inner: S,
-    safe: Arc<[http::Method]>,
+    rule: Rule,
 }
 
 impl<S, B, R> tower::Service<http::Request<B>> for TooEarly<S>
@@ -396,8 +496,13 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        if request.extensions().get::<EarlyData>().is_some() {
-            if !self.safe.contains(request.method()) {
+        let rule = match &self.rule {
+            Rule::PassThrough => None,
+            Rule::Any => Some(true),
+            Rule::Safe(safe) => Some(safe.contains(request.method())),
+        };
+        if let (Some(safe), Some(_)) = (rule, request.extensions().get::<EarlyData>()) {
+            if !safe {
                 let mut response = http::Response::new(R::default());
                 *response.status_mut() = http::StatusCode::TOO_EARLY;
                 return TooEarlyFuture {

@@ -43,6 +43,8 @@ mod config;
 #[cfg(feature = "serve")]
 mod early_data;
 mod frame;
+#[cfg(feature = "serve")]
+mod half_rtt;
 mod hpack;
 #[cfg(feature = "axum")]
 mod listener;
@@ -73,6 +75,11 @@ pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MA
 #[cfg(feature = "serve")]
 pub use early_data::{
     EarlyData, EarlyDataStream, EarlyRequests, TooEarly, TooEarlyFuture, TooEarlyLayer,
+};
+#[cfg(feature = "serve")]
+pub use half_rtt::{
+    EarlyDataMode, EarlyDataRefusal, HalfRttAcceptor, HalfRttStream, DEFAULT_MAX_EARLY_DATA_SIZE,
+    SESSION_ENTRY_BYTES,
 };
 /// The HPACK decoder's internals, for `benches/hpack.rs` only (feature `bench-internals`).
 #[cfg(feature = "bench-internals")]

@@ -47,7 +47,8 @@ use tracing::{debug, warn, Instrument};
 use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::body_gate::{BodyGate, GatedService};
 use crate::config::FlushConfig;
-use crate::early_data::EarlyDataStream;
+use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarlyLayer};
+use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor};
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
 use crate::transport::Transport;
@@ -205,7 +206,15 @@ pub async fn serve_connection<S: HttpService>(
     let builder = http_builder(&settings, &config);
     let peer = tcp.peer_addr().ok();
     logged(peer, || {
-        run_connection(tcp, acceptor, config, service, &settings, &builder, None)
+        run_connection(
+            tcp,
+            Handshaker::Rustls(acceptor),
+            config,
+            service,
+            &settings,
+            &builder,
+            None,
+        )
     })
     .await
 }
@@ -254,6 +263,8 @@ pub fn serve<S: HttpService>(
         config,
         service,
         settings: Settings::default(),
+        early_data: EarlyDataMode::AfterHandshake,
+        too_early: TooEarlyLayer::new(),
         signal: None,
     }
 }
@@ -301,6 +312,8 @@ pub struct Serve<S> {
     config: FlushConfig,
     service: S,
     settings: Settings,
+    early_data: EarlyDataMode,
+    too_early: TooEarlyLayer,
     signal: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 }
 
@@ -324,6 +337,8 @@ impl<S> fmt::Debug for Serve<S> {
                 "http2_max_concurrent_streams",
                 &self.settings.max_concurrent_streams,
             )
+            .field("early_data", &self.early_data)
+            .field("too_early", &self.too_early)
             .field("graceful_shutdown", &self.signal.is_some())
             .finish_non_exhaustive()
     }
@@ -452,6 +467,61 @@ impl<S> Serve<S> {
         self
     }
 
+    /// How TLS 1.3 early data is answered (default [`EarlyDataMode::AfterHandshake`]).
+    ///
+    /// - `AfterHandshake` is what the rustls config says: early data is accepted only if
+    ///   its `max_early_data_size` is above zero (0 by default in rustls), and the requests
+    ///   in it are answered after the client's Finished; they carry
+    ///   [`EarlyData`](crate::EarlyData) and nothing else changes.
+    /// - `HalfRtt { max_early_data_size }` opts in to 0.5-RTT through
+    ///   [`HalfRttAcceptor`]: up to that many bytes of early data are accepted (whatever
+    ///   the config says) on resumed connections, the requests in them are served at once
+    ///   and their responses leave in the server's first flight, before the client's
+    ///   Finished. Early requests whose method is not GET, HEAD or OPTIONS are answered
+    ///   `425 Too Early` (the client sends them again after the handshake), the others reach
+    ///   the service with `Early-Data: 1` and [`EarlyData`](crate::EarlyData); change that
+    ///   with [`too_early`](Self::too_early). Early data is refused, and connections are
+    ///   served after the handshake, where it cannot be made safe: with client
+    ///   certificate authentication, with stateless tickets, with a session store whose
+    ///   tickets are not single use (see [`HalfRttAcceptor`]; the reason is logged as a
+    ///   warning when the server starts).
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// let app = axum::Router::new().route("/", axum::routing::get(|| async { "hello" }));
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .early_data(tls_flush::EarlyDataMode::half_rtt())
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn early_data(mut self, mode: EarlyDataMode) -> Self {
+        self.early_data = mode;
+        self
+    }
+
+    /// Which early requests reach the service under [`EarlyDataMode::HalfRtt`] (default
+    /// [`TooEarlyLayer::new`]: GET, HEAD and OPTIONS; `425 Too Early` for the others).
+    /// [`TooEarlyLayer::any_method`] lets every early request through (opting out of the
+    /// 425s: the app must then treat [`EarlyData`](crate::EarlyData) requests as
+    /// replayable). Without 0.5-RTT it has no effect.
+    ///
+    /// ```no_run
+    /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
+    /// use tls_flush::{EarlyDataMode, TooEarlyLayer};
+    /// let app = axum::Router::new();
+    /// tls_flush::serve(listener, acceptor, tls_flush::FlushConfig::default(), app)
+    ///     .early_data(EarlyDataMode::half_rtt())
+    ///     .too_early(TooEarlyLayer::new().safe_methods([http::Method::GET]))
+    ///     .await
+    /// # }
+    /// ```
+    #[must_use = "this returns the configured Serve, which does nothing until awaited"]
+    pub fn too_early(mut self, layer: TooEarlyLayer) -> Self {
+        self.too_early = layer;
+        self
+    }
+
     /// Shuts the server down gracefully when `signal` completes: the listener is dropped,
     /// so new connections are refused; connections still in their TLS handshake are
     /// dropped; every other connection is asked to shut down gracefully (HTTP/2 `GOAWAY`,
@@ -529,8 +599,11 @@ impl<S: HttpService> Serve<S> {
             config,
             service,
             settings,
+            early_data,
+            too_early,
             signal,
         } = self;
+        let handshaker = Handshaker::new(acceptor, early_data, too_early);
         let builder = Arc::new(http_builder(&settings, &config));
         let mut signal = signal.unwrap_or_else(|| Box::pin(std::future::pending()));
         // `true` once the server shuts down; every connection task holds a receiver.
@@ -551,7 +624,7 @@ impl<S: HttpService> Serve<S> {
                         backoff.reset();
                         let task = run_connection_owned(
                             tcp,
-                            acceptor.clone(),
+                            handshaker.clone(),
                             config.clone(),
                             service.clone(),
                             settings,
@@ -613,7 +686,7 @@ fn reap(joined: Result<(), tokio::task::JoinError>) {
 /// inside.
 async fn run_connection_owned<S: HttpService>(
     tcp: TcpStream,
-    acceptor: TlsAcceptor,
+    handshaker: Handshaker,
     config: FlushConfig,
     service: S,
     settings: Settings,
@@ -624,7 +697,7 @@ async fn run_connection_owned<S: HttpService>(
     let _ = logged(peer, || {
         run_connection(
             tcp,
-            acceptor,
+            handshaker,
             config,
             service,
             &settings,
@@ -655,10 +728,35 @@ async fn logged<F: Future<Output = io::Result<StatsSnapshot>>>(
     .await
 }
 
+/// The TLS side of a connection: tokio-rustls' accept (early data, if the config accepts
+/// it, is served after the handshake) or 0.5-RTT.
+#[derive(Clone)]
+enum Handshaker {
+    Rustls(TlsAcceptor),
+    HalfRtt(HalfRttAcceptor, TooEarlyLayer),
+}
+
+impl Handshaker {
+    fn new(acceptor: TlsAcceptor, mode: EarlyDataMode, too_early: TooEarlyLayer) -> Self {
+        match mode {
+            EarlyDataMode::AfterHandshake => Handshaker::Rustls(acceptor),
+            EarlyDataMode::HalfRtt {
+                max_early_data_size,
+            } => {
+                let half_rtt = HalfRttAcceptor::new(acceptor.config().clone(), max_early_data_size);
+                if let Some(why) = half_rtt.refusal() {
+                    warn!(reason = ?why, "tls-flush: 0.5-RTT asked for, but early data is refused");
+                }
+                Handshaker::HalfRtt(half_rtt, too_early)
+            }
+        }
+    }
+}
+
 /// One connection, from the accepted TCP stream to its end; see [`logged`] for its outcome.
 async fn run_connection<S: HttpService>(
     tcp: TcpStream,
-    acceptor: TlsAcceptor,
+    handshaker: Handshaker,
     config: FlushConfig,
     service: S,
     settings: &Settings,
@@ -671,98 +769,169 @@ async fn run_connection<S: HttpService>(
         io: tcp,
         clock: clock.clone(),
     };
+    match handshaker {
+        Handshaker::Rustls(acceptor) => {
+            let tls = handshake(settings, &mut shutdown, acceptor.accept(io)).await?;
+            // Early data first (rustls keeps it aside; without this a client whose 0-RTT the
+            // server accepted would never be answered), then the wrapper.
+            let tls = EarlyDataStream::new(tls);
+            let early = tls.early_requests();
+            let too_early = TooEarlyLayer::pass_through();
+            let conn = Connection {
+                settings,
+                builder,
+                clock,
+                shutdown,
+            };
+            conn.serve(tls, early, too_early, config, service).await
+        }
+        Handshaker::HalfRtt(acceptor, too_early) => {
+            let tls = handshake(settings, &mut shutdown, acceptor.accept(io)).await?;
+            debug!(
+                half_rtt = tls.is_half_rtt(),
+                "handshake done or early data accepted"
+            );
+            let early = tls.early_requests();
+            let conn = Connection {
+                settings,
+                builder,
+                clock,
+                shutdown,
+            };
+            conn.serve(tls, early, too_early, config, service).await
+        }
+    }
+}
 
-    let handshake = tokio::time::timeout(settings.handshake_timeout, acceptor.accept(io));
-    let tls = tokio::select! {
+/// `accept` within the handshake timeout, unless the server shuts down first.
+async fn handshake<T>(
+    settings: &Settings,
+    shutdown: &mut Option<watch::Receiver<bool>>,
+    accept: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    let handshake = tokio::time::timeout(settings.handshake_timeout, accept);
+    tokio::select! {
         handshake = handshake => match handshake {
-            Ok(Ok(tls)) => tls,
+            Ok(Ok(tls)) => Ok(tls),
             Ok(Err(err)) => {
                 debug!(error = %err, "TLS handshake failed; dropping the connection");
-                return Err(err);
+                Err(err)
             }
             Err(_) => {
                 debug!(
                     timeout = ?settings.handshake_timeout,
                     "TLS handshake timed out; dropping the connection"
                 );
-                return Err(io::Error::new(
+                Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
                         "TLS handshake not finished within {:?}",
                         settings.handshake_timeout
                     ),
-                ));
+                ))
             }
         },
-        () = shutdown_requested(&mut shutdown) => {
+        () = shutdown_requested(shutdown) => {
             debug!("server shutting down; dropping a connection in its TLS handshake");
-            return Err(io::Error::new(
+            Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "server shut down during the TLS handshake",
-            ));
+            ))
         }
-    };
-
-    // Early data first (rustls keeps it aside; without this a client whose 0-RTT the
-    // server accepted would never be answered), then the wrapper.
-    let tls = EarlyDataStream::new(tls);
-    let early = tls.early_requests();
-    let schedule_bodies = config.schedule_bodies;
-    let stream = FlushStream::new(tls, config);
-    let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
-    let stats: ConnectionStats = stream.stats();
-    tracing::debug!(
-        http2 = stream.is_http2(),
-        early = early.remaining(),
-        "wrapped"
-    );
-    let request_stats = stats.clone();
-    let service = tower::util::MapRequest::new(service, move |mut req: Request<Incoming>| {
-        req.extensions_mut().insert(request_stats.clone());
-        early.mark(&mut req);
-        req
-    });
-    let service = GatedService::new(service, gate);
-    let conn = builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-    let mut conn = std::pin::pin!(conn);
-    let idle_timeout = settings.idle_timeout;
-    let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
-    let mut shutting_down = false;
-    let served = loop {
-        tokio::select! {
-            served = conn.as_mut() => break served,
-            () = idle.as_mut() => {
-                if shutting_down {
-                    debug!(
-                        timeout = ?idle_timeout,
-                        "nothing moved while shutting down; dropping the connection"
-                    );
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("no byte moved for {idle_timeout:?} during a graceful shutdown"),
-                    ));
-                }
-                debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
-                conn.as_mut().graceful_shutdown();
-                shutting_down = true;
-                clock.touch();
-                idle.set(idle_for(&clock, idle_timeout));
-            }
-            () = shutdown_requested(&mut shutdown), if !shutting_down => {
-                debug!("server shutting down; shutting the connection down gracefully");
-                conn.as_mut().graceful_shutdown();
-                shutting_down = true;
-                clock.touch();
-                idle.set(idle_for(&clock, idle_timeout));
-            }
-        }
-    };
-    if let Err(err) = served {
-        // The counters of a connection that failed are worth as much as a clean one's.
-        debug!(error = %err, counters = ?stats.snapshot(), "closed with an error");
-        return Err(io::Error::other(err));
     }
-    Ok(stats.snapshot())
+}
+
+/// What a connection keeps from its accept to its end, past the handshake.
+struct Connection<'a> {
+    settings: &'a Settings,
+    builder: &'a auto::Builder<TokioExecutor>,
+    clock: Arc<ActivityClock>,
+    shutdown: Option<watch::Receiver<bool>>,
+}
+
+impl Connection<'_> {
+    /// Wraps `tls`, marks the requests `early` counts, applies `too_early`, and serves
+    /// hyper's connection until it ends.
+    async fn serve<T, S>(
+        self,
+        tls: T,
+        early: EarlyRequests,
+        too_early: TooEarlyLayer,
+        config: FlushConfig,
+        service: S,
+    ) -> io::Result<StatsSnapshot>
+    where
+        T: Transport + Send + 'static,
+        S: HttpService,
+    {
+        let Connection {
+            settings,
+            builder,
+            clock,
+            mut shutdown,
+        } = self;
+        let schedule_bodies = config.schedule_bodies;
+        let stream = FlushStream::new(tls, config);
+        let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
+        let stats: ConnectionStats = stream.stats();
+        tracing::debug!(
+            http2 = stream.is_http2(),
+            early = early.remaining(),
+            "wrapped"
+        );
+        let request_stats = stats.clone();
+        // A 425 needs a body of the service's type: an empty one.
+        let service =
+            tower::util::MapResponse::new(service, |r: Response<S::ResBody>| r.map(OrEmpty::new));
+        let service = tower::Layer::layer(&too_early, service);
+        let service = tower::util::MapRequest::new(service, move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(request_stats.clone());
+            early.mark(&mut req);
+            req
+        });
+        let service = GatedService::new(service, gate);
+        let conn =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let mut conn = std::pin::pin!(conn);
+        let idle_timeout = settings.idle_timeout;
+        let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
+        let mut shutting_down = false;
+        let served = loop {
+            tokio::select! {
+                served = conn.as_mut() => break served,
+                () = idle.as_mut() => {
+                    if shutting_down {
+                        debug!(
+                            timeout = ?idle_timeout,
+                            "nothing moved while shutting down; dropping the connection"
+                        );
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("no byte moved for {idle_timeout:?} during a graceful shutdown"),
+                        ));
+                    }
+                    debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
+                    conn.as_mut().graceful_shutdown();
+                    shutting_down = true;
+                    clock.touch();
+                    idle.set(idle_for(&clock, idle_timeout));
+                }
+                () = shutdown_requested(&mut shutdown), if !shutting_down => {
+                    debug!("server shutting down; shutting the connection down gracefully");
+                    conn.as_mut().graceful_shutdown();
+                    shutting_down = true;
+                    clock.touch();
+                    idle.set(idle_for(&clock, idle_timeout));
+                }
+            }
+        };
+        if let Err(err) = served {
+            // The counters of a connection that failed are worth as much as a clean one's.
+            debug!(error = %err, counters = ?stats.snapshot(), "closed with an error");
+            return Err(io::Error::other(err));
+        }
+        Ok(stats.snapshot())
+    }
 }
 
 /// Completes once the server shuts down; never without a receiver, or when the server was

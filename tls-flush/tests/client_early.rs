@@ -220,3 +220,44 @@ async fn too_early_layer() {
         "the early POST never reached the service; the early GET carries Early-Data: 1"
     );
 }
+
+/// `serve` with 0.5-RTT behind the recording proxy, for the crate's own HTTP/2 client: the
+/// GET sent as early data on the resumed connection is answered, marked early, and its
+/// response reaches the client; a POST on a resumed connection is not sent early and is
+/// served after the handshake.
+#[tokio::test]
+async fn half_rtt_serve_answers_the_early_get_over_http2() {
+    let (mut server, client) = tls_pair(0);
+    server.max_early_data_size = 0; // HalfRtt sets its own
+    let app = axum::Router::new().route(
+        "/{*path}",
+        axum::routing::any(|request: axum::extract::Request| async move {
+            let early = request.extensions().get::<EarlyData>().is_some();
+            let header = request.headers().contains_key("early-data");
+            format!(
+                "{} {} early={early} header={header}",
+                request.method(),
+                request.uri().path()
+            )
+        }),
+    );
+    let (listener, addr) = tls_flush_testkit::tls::loopback_listener().await;
+    let serve = tls_flush::serve(
+        listener,
+        tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+        tls_flush::FlushConfig::default(),
+        app,
+    )
+    .early_data(tls_flush::EarlyDataMode::half_rtt());
+    tokio::spawn(async move { serve.await });
+    let proxy = Proxy::start(addr).await;
+    let connector = connector(client);
+
+    let text = fetch(&connector, proxy.addr, Method::GET, "/one", b"").await;
+    assert_eq!(text, "GET /one early=false header=false");
+    let text = fetch(&connector, proxy.addr, Method::GET, "/two", b"").await;
+    assert_eq!(text, "GET /two early=true header=true");
+    assert!(sent_early(&proxy.last()));
+    let text = fetch(&connector, proxy.addr, Method::POST, "/three", b"abc").await;
+    assert_eq!(text, "POST /three early=false header=false");
+}
