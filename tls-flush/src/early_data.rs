@@ -18,7 +18,9 @@
 //!   early data cannot complete the handshake. The marks are for RFC 8470 semantics (425,
 //!   `Early-Data: 1` on forwarded requests), which matter for an app that forwards them to
 //!   a server that could act before its own handshake completes;
-//! - no 0.5-RTT data: responses are written after the handshake.
+//! - no 0.5-RTT data: responses are written after the handshake. For 0.5-RTT, see
+//!   [`HalfRttAcceptor`](crate::HalfRttAcceptor), whose stream counts the early requests
+//!   as their bytes arrive, with the same rules.
 //!
 //! [`EarlyRequests::mark`] puts [`EarlyData`] into an early request's extensions, and
 //! [`TooEarlyLayer`] answers non-idempotent early requests with `425 Too Early` and adds

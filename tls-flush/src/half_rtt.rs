@@ -10,33 +10,7 @@
 //! data is not offered, rejected or refused, the stream is returned after the handshake,
 //! as tokio-rustls would.
 //!
-//! # Safety (RFC 8446 §8, RFC 8470)
-//!
-//! Early data can be replayed by an attacker who recorded it, and a 0.5-RTT response is
-//! written before the client's Finished proves that the peer holds the keys. So:
-//!
-//! - **Single-use tickets.** Early data is accepted only on resumption with a *stateful*
-//!   session store whose `take` removes the session: rustls' default
-//!   `ServerSessionMemoryCache` does, so a ticket resumes once; a replayed ClientHello finds
-//!   no session, gets a full handshake, and rustls skips its early data (trial
-//!   decryption) without handing it on. The window is therefore not bounded by time but by
-//!   the store: a ticket evicted from the cache is refused, never replayed. rustls' default
-//!   cache holds 256 sessions of [`SESSION_ENTRY_BYTES`] (113) bytes each with a short
-//!   server name and no ALPN, plus the name's and ALPN protocol's length (at most 255
-//!   bytes each): about 28 KiB, at most about 156 KiB. The acceptor checks a custom store
-//!   when it is built (it puts a probe
-//!   session, takes it, and takes it again; a store that returns it twice, or that stores
-//!   nothing, has early data refused) and refuses early data with a stateless `Ticketer`
-//!   (rustls refuses it too: such tickets can be replayed within their lifetime).
-//! - **Client certificates.** With client authentication configured (any client
-//!   certificate verifier other than `with_no_client_auth()`'s), early data is refused ([`EarlyDataRefusal::ClientAuth`]): a response
-//!   must not leave before the client's certificate and Finished have been checked. Such
-//!   connections are served after the handshake.
-//! - **Idempotent methods.** Requests that began in early data carry
-//!   [`EarlyData`](crate::EarlyData) (see [`HalfRttStream::early_requests`]), and
-//!   [`serve`](fn@crate::serve) with 0.5-RTT answers the non-idempotent ones with
-//!   `425 Too Early` ([`TooEarlyLayer`](crate::TooEarlyLayer)); the client retries them
-//!   after the handshake (RFC 8470 §5.2).
+//! What it guarantees is documented on [`HalfRttAcceptor`].
 //!
 //! ```no_run
 //! # async fn run(tls_config: std::sync::Arc<rustls::ServerConfig>, tcp: tokio::net::TcpStream) -> std::io::Result<()> {
@@ -124,7 +98,38 @@ pub enum EarlyDataRefusal {
 }
 
 /// Accepts TLS connections whose early data is answered in the server's first flight
-/// (0.5-RTT); see the [module documentation](self) for what it guarantees.
+/// (0.5-RTT).
+///
+/// # Replay and authentication (RFC 8446 §8, RFC 8470)
+///
+/// Early data can be replayed by an attacker who recorded it, and a 0.5-RTT response is
+/// written before the client's Finished proves that the peer holds the keys. So:
+///
+/// - **Single-use tickets.** Early data is accepted only on resumption with a *stateful*
+///   session store whose `take` removes the session: rustls' default
+///   `ServerSessionMemoryCache` does, so a ticket resumes once; a replayed ClientHello finds
+///   no session, gets a full handshake, and rustls skips its early data (trial
+///   decryption) without handing it on. The window is therefore not bounded by time but by
+///   the store: a ticket evicted from the cache is refused, never replayed. rustls' default
+///   cache holds 256 sessions of [`SESSION_ENTRY_BYTES`] (113) bytes each with a short
+///   server name and no ALPN, plus the name's and ALPN protocol's length (at most 255
+///   bytes each): about 28 KiB, at most about 156 KiB. A store shared by several servers
+///   must make `take` atomic across them. The acceptor checks a custom store when it is
+///   built (it puts a probe session, takes it, and takes it again; a store that returns
+///   it twice, or that stores nothing, has early data refused) and refuses early data
+///   with a stateless `Ticketer` (rustls refuses it too: such tickets can be replayed
+///   within their lifetime).
+/// - **Client certificates.** With client authentication configured (any client
+///   certificate verifier other than `with_no_client_auth()`'s), early data is refused
+///   ([`EarlyDataRefusal::ClientAuth`]): a response must not leave before the client's
+///   certificate and Finished have been checked. Such connections are served after the
+///   handshake.
+/// - **Idempotent methods.** Requests that began in early data carry
+///   [`EarlyData`](crate::EarlyData) (see [`HalfRttStream::early_requests`]), and
+///   [`serve`](fn@crate::serve) with 0.5-RTT answers the non-idempotent ones with
+///   `425 Too Early` ([`TooEarlyLayer`](crate::TooEarlyLayer)); the client retries them
+///   after the handshake (RFC 8470 §5.2).
+///
 ///
 /// ```no_run
 /// # async fn run(tls_config: std::sync::Arc<rustls::ServerConfig>, tcp: tokio::net::TcpStream) -> std::io::Result<()> {

@@ -5,12 +5,15 @@
 //! connection and is what [`serve`] runs for each connection, on its own task.
 //!
 //! Every connection goes through the same steps: `TCP_NODELAY`, the TLS handshake, the
-//! [`FlushStream`] wrapper, then hyper's HTTP/1.1 + HTTP/2 server (`hyper_util`'s auto
+//! [`FlushStream`](crate::FlushStream) wrapper, then hyper's HTTP/1.1 + HTTP/2 server (`hyper_util`'s auto
 //! builder, with [`TokioTimer`] set on both protocols) with your service. Each request
-//! carries the connection's [`ConnectionStats`] in its extensions. Under the wrapper,
-//! [`EarlyDataStream`] hands hyper what rustls accepted as TLS 1.3 early data (when the
+//! carries the connection's [`ConnectionStats`](crate::ConnectionStats) in its extensions. Under the wrapper,
+//! [`EarlyDataStream`](crate::EarlyDataStream) hands hyper what rustls accepted as TLS 1.3 early data (when the
 //! rustls config sets `max_early_data_size`; tokio-rustls alone would drop those bytes),
-//! and the requests that began in it carry [`EarlyData`](crate::EarlyData).
+//! and the requests that began in it carry [`EarlyData`](crate::EarlyData). With
+//! [`Serve::early_data`] set to [`EarlyDataMode::HalfRtt`], the handshake is
+//! [`HalfRttAcceptor`](crate::HalfRttAcceptor)'s instead: early requests are served before the client's Finished
+//! (0.5-RTT), behind [`TooEarlyLayer`].
 //!
 //! The invariants (accept errors, timeouts, shutdown) are documented on [`Serve`], because
 //! this module is private and `Serve` is where users read them:
@@ -33,9 +36,8 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -45,13 +47,15 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn, Instrument};
 
 use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
-use crate::body_gate::{BodyGate, GatedService};
 use crate::config::FlushConfig;
-use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarlyLayer};
-use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor};
-use crate::stats::{ConnectionStats, StatsSnapshot};
-use crate::stream::FlushStream;
+use crate::early_data::TooEarlyLayer;
+use crate::half_rtt::EarlyDataMode;
+use crate::stats::StatsSnapshot;
 use crate::transport::Transport;
+
+mod connection;
+
+use connection::{run_connection, Handshaker};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -178,9 +182,9 @@ fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<Toki
 /// It applies the defaults of [`Serve`]: the handshake must finish within 10 s, the
 /// connection is shut down gracefully after 60 s without a byte moving on its socket (and
 /// dropped after 60 s more), hyper's HTTP/1 header read timeout is 30 s, HTTP/2 keep-alive is
-/// off, at most [`H2_MAX_CONCURRENT_STREAMS`] HTTP/2 streams are open at once. Every request carries the connection's [`ConnectionStats`] in its extensions.
+/// off, at most [`H2_MAX_CONCURRENT_STREAMS`] HTTP/2 streams are open at once. Every request carries the connection's [`ConnectionStats`](crate::ConnectionStats) in its extensions.
 /// When `acceptor`'s config accepts TLS 1.3 early data (`max_early_data_size` above
-/// zero, stateful resumption), those bytes are served through [`EarlyDataStream`], and the
+/// zero, stateful resumption), those bytes are served through [`EarlyDataStream`](crate::EarlyDataStream), and the
 /// requests that began in them carry [`EarlyData`](crate::EarlyData) (see
 /// [`TooEarlyLayer`](crate::TooEarlyLayer)).
 ///
@@ -220,7 +224,7 @@ pub async fn serve_connection<S: HttpService>(
 }
 
 /// Accepts TLS connections on `listener` and serves each with `service` on its own task,
-/// through [`FlushStream`] with `config`. Configure the returned [`Serve`], then `.await` it.
+/// through [`FlushStream`](crate::FlushStream) with `config`. Configure the returned [`Serve`], then `.await` it.
 ///
 /// The future runs until [`Serve::with_graceful_shutdown`]'s signal fires and every
 /// connection has ended (`Ok(())`), or until the listening socket becomes unusable (`Err`,
@@ -228,7 +232,7 @@ pub async fn serve_connection<S: HttpService>(
 /// documents what happens on accept errors, timeouts and shutdown.
 ///
 /// Handlers can read the connection's counters: each request carries its connection's
-/// [`ConnectionStats`] in its extensions (`Extension<ConnectionStats>` in axum).
+/// [`ConnectionStats`](crate::ConnectionStats) in its extensions (`Extension<ConnectionStats>` in axum).
 ///
 /// ```no_run
 /// # async fn run(acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {
@@ -303,8 +307,12 @@ pub fn serve<S: HttpService>(
 ///   complete, and the future resolves once every connection has ended.
 /// - **Dropping the future** (for example when a `tokio::time::timeout` around it expires)
 ///   drops the listener and aborts every connection task still running.
-/// - **Request extensions**: every request carries its connection's [`ConnectionStats`]
-///   (`Extension<ConnectionStats>` in axum), a handle on live counters.
+/// - **Request extensions**: every request carries its connection's [`ConnectionStats`](crate::ConnectionStats)
+///   (`Extension<ConnectionStats>` in axum), a handle on live counters; requests that
+///   began in TLS 1.3 early data carry [`EarlyData`](crate::EarlyData).
+/// - **Early data** ([`Serve::early_data`]): by default as the rustls config says, served
+///   after the handshake; with [`EarlyDataMode::HalfRtt`], answered before the client's
+///   Finished, non-idempotent early requests getting `425 Too Early`.
 #[must_use = "a Serve does nothing until it is awaited"]
 pub struct Serve<S> {
     listener: TcpListener,
@@ -474,7 +482,7 @@ impl<S> Serve<S> {
     ///   in it are answered after the client's Finished; they carry
     ///   [`EarlyData`](crate::EarlyData) and nothing else changes.
     /// - `HalfRtt { max_early_data_size }` opts in to 0.5-RTT through
-    ///   [`HalfRttAcceptor`]: up to that many bytes of early data are accepted (whatever
+    ///   [`HalfRttAcceptor`](crate::HalfRttAcceptor): up to that many bytes of early data are accepted (whatever
     ///   the config says) on resumed connections, the requests in them are served at once
     ///   and their responses leave in the server's first flight, before the client's
     ///   Finished. Early requests whose method is not GET, HEAD or OPTIONS are answered
@@ -483,7 +491,7 @@ impl<S> Serve<S> {
     ///   with [`too_early`](Self::too_early). Early data is refused, and connections are
     ///   served after the handshake, where it cannot be made safe: with client
     ///   certificate authentication, with stateless tickets, with a session store whose
-    ///   tickets are not single use (see [`HalfRttAcceptor`]; the reason is logged as a
+    ///   tickets are not single use (see [`HalfRttAcceptor`](crate::HalfRttAcceptor); the reason is logged as a
     ///   warning when the server starts).
     ///
     /// ```no_run
@@ -726,212 +734,6 @@ async fn logged<F: Future<Output = io::Result<StatsSnapshot>>>(
     }
     .instrument(tracing::debug_span!("tls-flush", peer = ?peer))
     .await
-}
-
-/// The TLS side of a connection: tokio-rustls' accept (early data, if the config accepts
-/// it, is served after the handshake) or 0.5-RTT.
-#[derive(Clone)]
-enum Handshaker {
-    Rustls(TlsAcceptor),
-    HalfRtt(HalfRttAcceptor, TooEarlyLayer),
-}
-
-impl Handshaker {
-    fn new(acceptor: TlsAcceptor, mode: EarlyDataMode, too_early: TooEarlyLayer) -> Self {
-        match mode {
-            EarlyDataMode::AfterHandshake => Handshaker::Rustls(acceptor),
-            EarlyDataMode::HalfRtt {
-                max_early_data_size,
-            } => {
-                let half_rtt = HalfRttAcceptor::new(acceptor.config().clone(), max_early_data_size);
-                if let Some(why) = half_rtt.refusal() {
-                    warn!(reason = ?why, "tls-flush: 0.5-RTT asked for, but early data is refused");
-                }
-                Handshaker::HalfRtt(half_rtt, too_early)
-            }
-        }
-    }
-}
-
-/// One connection, from the accepted TCP stream to its end; see [`logged`] for its outcome.
-async fn run_connection<S: HttpService>(
-    tcp: TcpStream,
-    handshaker: Handshaker,
-    config: FlushConfig,
-    service: S,
-    settings: &Settings,
-    builder: &auto::Builder<TokioExecutor>,
-    mut shutdown: Option<watch::Receiver<bool>>,
-) -> io::Result<StatsSnapshot> {
-    tcp.set_nodelay(true)?;
-    let clock = Arc::new(ActivityClock::new());
-    let io = Tracked {
-        io: tcp,
-        clock: clock.clone(),
-    };
-    match handshaker {
-        Handshaker::Rustls(acceptor) => {
-            let tls = handshake(settings, &mut shutdown, acceptor.accept(io)).await?;
-            // Early data first (rustls keeps it aside; without this a client whose 0-RTT the
-            // server accepted would never be answered), then the wrapper.
-            let tls = EarlyDataStream::new(tls);
-            let early = tls.early_requests();
-            let too_early = TooEarlyLayer::pass_through();
-            let conn = Connection {
-                settings,
-                builder,
-                clock,
-                shutdown,
-            };
-            conn.serve(tls, early, too_early, config, service).await
-        }
-        Handshaker::HalfRtt(acceptor, too_early) => {
-            let tls = handshake(settings, &mut shutdown, acceptor.accept(io)).await?;
-            debug!(
-                half_rtt = tls.is_half_rtt(),
-                "handshake done or early data accepted"
-            );
-            let early = tls.early_requests();
-            let conn = Connection {
-                settings,
-                builder,
-                clock,
-                shutdown,
-            };
-            conn.serve(tls, early, too_early, config, service).await
-        }
-    }
-}
-
-/// `accept` within the handshake timeout, unless the server shuts down first.
-async fn handshake<T>(
-    settings: &Settings,
-    shutdown: &mut Option<watch::Receiver<bool>>,
-    accept: impl Future<Output = io::Result<T>>,
-) -> io::Result<T> {
-    let handshake = tokio::time::timeout(settings.handshake_timeout, accept);
-    tokio::select! {
-        handshake = handshake => match handshake {
-            Ok(Ok(tls)) => Ok(tls),
-            Ok(Err(err)) => {
-                debug!(error = %err, "TLS handshake failed; dropping the connection");
-                Err(err)
-            }
-            Err(_) => {
-                debug!(
-                    timeout = ?settings.handshake_timeout,
-                    "TLS handshake timed out; dropping the connection"
-                );
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "TLS handshake not finished within {:?}",
-                        settings.handshake_timeout
-                    ),
-                ))
-            }
-        },
-        () = shutdown_requested(shutdown) => {
-            debug!("server shutting down; dropping a connection in its TLS handshake");
-            Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "server shut down during the TLS handshake",
-            ))
-        }
-    }
-}
-
-/// What a connection keeps from its accept to its end, past the handshake.
-struct Connection<'a> {
-    settings: &'a Settings,
-    builder: &'a auto::Builder<TokioExecutor>,
-    clock: Arc<ActivityClock>,
-    shutdown: Option<watch::Receiver<bool>>,
-}
-
-impl Connection<'_> {
-    /// Wraps `tls`, marks the requests `early` counts, applies `too_early`, and serves
-    /// hyper's connection until it ends.
-    async fn serve<T, S>(
-        self,
-        tls: T,
-        early: EarlyRequests,
-        too_early: TooEarlyLayer,
-        config: FlushConfig,
-        service: S,
-    ) -> io::Result<StatsSnapshot>
-    where
-        T: Transport + Send + 'static,
-        S: HttpService,
-    {
-        let Connection {
-            settings,
-            builder,
-            clock,
-            mut shutdown,
-        } = self;
-        let schedule_bodies = config.schedule_bodies;
-        let stream = FlushStream::new(tls, config);
-        let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
-        let stats: ConnectionStats = stream.stats();
-        tracing::debug!(
-            http2 = stream.is_http2(),
-            early = early.remaining(),
-            "wrapped"
-        );
-        let request_stats = stats.clone();
-        // A 425 needs a body of the service's type: an empty one.
-        let service =
-            tower::util::MapResponse::new(service, |r: Response<S::ResBody>| r.map(OrEmpty::new));
-        let service = tower::Layer::layer(&too_early, service);
-        let service = tower::util::MapRequest::new(service, move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(request_stats.clone());
-            early.mark(&mut req);
-            req
-        });
-        let service = GatedService::new(service, gate);
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let mut conn = std::pin::pin!(conn);
-        let idle_timeout = settings.idle_timeout;
-        let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
-        let mut shutting_down = false;
-        let served = loop {
-            tokio::select! {
-                served = conn.as_mut() => break served,
-                () = idle.as_mut() => {
-                    if shutting_down {
-                        debug!(
-                            timeout = ?idle_timeout,
-                            "nothing moved while shutting down; dropping the connection"
-                        );
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!("no byte moved for {idle_timeout:?} during a graceful shutdown"),
-                        ));
-                    }
-                    debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
-                    conn.as_mut().graceful_shutdown();
-                    shutting_down = true;
-                    clock.touch();
-                    idle.set(idle_for(&clock, idle_timeout));
-                }
-                () = shutdown_requested(&mut shutdown), if !shutting_down => {
-                    debug!("server shutting down; shutting the connection down gracefully");
-                    conn.as_mut().graceful_shutdown();
-                    shutting_down = true;
-                    clock.touch();
-                    idle.set(idle_for(&clock, idle_timeout));
-                }
-            }
-        };
-        if let Err(err) = served {
-            // The counters of a connection that failed are worth as much as a clean one's.
-            debug!(error = %err, counters = ?stats.snapshot(), "closed with an error");
-            return Err(io::Error::other(err));
-        }
-        Ok(stats.snapshot())
-    }
 }
 
 /// Completes once the server shuts down; never without a receiver, or when the server was

@@ -46,7 +46,9 @@ pub struct FlushStream<T> {
 }
 
 impl<T: Transport> FlushStream<T> {
-    /// Wraps `io`, an established connection (after the TLS handshake).
+    /// Wraps `io`, an established connection (after the TLS handshake, or a
+    /// [`HalfRttStream`](crate::HalfRttStream) whose early data was accepted: its ALPN
+    /// protocol is known by then).
     ///
     /// ALPN `h2` turns the frame pipeline on; another ALPN protocol passes bytes through.
     /// Without ALPN (plain TCP), the first bytes decide. Sets `TCP_NOTSENT_LOWAT` as
