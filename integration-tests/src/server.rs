@@ -32,6 +32,10 @@ pub struct ServerSetup {
     pub record_size: Option<usize>,
     /// A full wrapper configuration, used instead of `policy`'s preset when set.
     pub config: Option<FlushConfig>,
+    /// How wrapped connections answer TLS 1.3 early data (the rustls config decides
+    /// whether any is accepted): after the handshake (default), or 0.5-RTT through
+    /// [`tls_flush::serve_half_rtt_connection`].
+    pub early_data: tls_flush::EarlyDataMode,
 }
 
 impl ServerSetup {
@@ -153,7 +157,7 @@ impl TestServer {
         certificate: CertificateDer<'static>,
         tls: rustls::ServerConfig,
     ) -> Result<TestServer, BoxError> {
-        let acceptor = TlsAcceptor::from(Arc::new(tls));
+        let handshake = Handshake::new(Arc::new(tls), setup.early_data);
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let stats = Arc::new(Mutex::new(Vec::new()));
@@ -166,7 +170,7 @@ impl TestServer {
         });
         let task = tokio::spawn(accept_loop(
             listener,
-            acceptor,
+            handshake,
             config,
             service,
             stats.clone(),
@@ -253,11 +257,43 @@ impl Drop for TestServer {
     }
 }
 
-/// Each connection on its own task: [`tls_flush::serve_connection`] with `config`, or the
-/// stock examples' [`serve_stock_connection`] for `None`.
+/// The TLS side of the test server's connections.
+#[derive(Clone)]
+enum Handshake {
+    /// tokio-rustls' accept: early data, if accepted, is answered after the handshake.
+    AfterHandshake(TlsAcceptor),
+    /// 0.5-RTT (wrapped connections only; stock ones use the rustls config as it is).
+    HalfRtt(TlsAcceptor, tls_flush::HalfRttAcceptor),
+}
+
+impl Handshake {
+    fn new(tls: Arc<rustls::ServerConfig>, mode: tls_flush::EarlyDataMode) -> Self {
+        match mode {
+            tls_flush::EarlyDataMode::AfterHandshake => {
+                Handshake::AfterHandshake(TlsAcceptor::from(tls))
+            }
+            tls_flush::EarlyDataMode::HalfRtt {
+                max_early_data_size,
+            } => Handshake::HalfRtt(
+                TlsAcceptor::from(tls.clone()),
+                tls_flush::HalfRttAcceptor::new(tls, max_early_data_size),
+            ),
+        }
+    }
+
+    fn tokio_rustls(&self) -> &TlsAcceptor {
+        match self {
+            Handshake::AfterHandshake(acceptor) | Handshake::HalfRtt(acceptor, _) => acceptor,
+        }
+    }
+}
+
+/// Each connection on its own task: [`tls_flush::serve_connection`] (or
+/// [`tls_flush::serve_half_rtt_connection`]) with `config`, or the stock examples'
+/// [`serve_stock_connection`] for `None`.
 async fn accept_loop<S: HttpService>(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    handshake: Handshake,
     config: Option<FlushConfig>,
     service: S,
     stats: Arc<Mutex<Vec<ConnectionStats>>>,
@@ -265,7 +301,7 @@ async fn accept_loop<S: HttpService>(
     retransmits: Retransmits,
 ) {
     while let Ok((tcp, _)) = listener.accept().await {
-        let (acceptor, config, service) = (acceptor.clone(), config.clone(), service.clone());
+        let (handshake, config, service) = (handshake.clone(), config.clone(), service.clone());
         // Counted from the accept on, so a connection is never invisible between its
         // accept and its task's first poll.
         let guard = LiveGuard::new(&live);
@@ -276,10 +312,19 @@ async fn accept_loop<S: HttpService>(
             let _guard = guard;
             let _watch = watch;
             let Some(config) = config else {
+                let acceptor = handshake.tokio_rustls().clone();
                 return serve_stock_connection(tcp, acceptor, service, None).await;
             };
             let service = registering_stats(service, stats);
-            if let Err(err) = tls_flush::serve_connection(tcp, acceptor, config, service).await {
+            let served = match handshake {
+                Handshake::AfterHandshake(acceptor) => {
+                    tls_flush::serve_connection(tcp, acceptor, config, service).await
+                }
+                Handshake::HalfRtt(_, acceptor) => {
+                    tls_flush::serve_half_rtt_connection(tcp, acceptor, config, service).await
+                }
+            };
+            if let Err(err) = served {
                 tracing::debug!(%err, "test server connection ended with an error");
             }
         });

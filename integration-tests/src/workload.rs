@@ -236,7 +236,7 @@ impl Case {
         Some(ServerSetup {
             policy: self.policy(),
             record_size,
-            config: None,
+            ..ServerSetup::default()
         })
     }
 }

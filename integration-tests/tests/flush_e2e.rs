@@ -175,9 +175,8 @@ async fn median_records_for_one_mebibyte(setup: ServerSetup) -> usize {
 async fn every_policy_packs_a_mebibyte_into_at_most_0_6x_the_stock_records() {
     let stock = median_records_for_one_mebibyte(ServerSetup::default()).await;
     let stock_4k = records_for_one_mebibyte(ServerSetup {
-        policy: None,
         record_size: Some(4096),
-        config: None,
+        ..ServerSetup::default()
     })
     .await;
     println!("records per MiB: stock {stock}, stock-4k {stock_4k}");

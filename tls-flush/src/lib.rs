@@ -90,7 +90,10 @@ pub use listener::{ConnectionInfo, FlushListener};
 pub use memory_budget::{MemoryBudget, BUDGET_FLOOR};
 pub use path::{CongestionControl, PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
-pub use serve::{serve, serve_connection, HttpService, Serve, H2_MAX_CONCURRENT_STREAMS};
+pub use serve::{
+    serve, serve_connection, serve_half_rtt_connection, HttpService, Serve,
+    H2_MAX_CONCURRENT_STREAMS,
+};
 pub use stats::{ConnectionStats, RequestArrival, StatsSnapshot};
 pub use stream::FlushStream;
 pub use transport::Transport;

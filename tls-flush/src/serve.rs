@@ -49,7 +49,7 @@ use tracing::{debug, warn, Instrument};
 use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::config::FlushConfig;
 use crate::early_data::TooEarlyLayer;
-use crate::half_rtt::EarlyDataMode;
+use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor};
 use crate::stats::StatsSnapshot;
 use crate::transport::Transport;
 
@@ -213,6 +213,46 @@ pub async fn serve_connection<S: HttpService>(
         run_connection(
             tcp,
             Handshaker::Rustls(acceptor),
+            config,
+            service,
+            &settings,
+            &builder,
+            None,
+        )
+    })
+    .await
+}
+
+/// [`serve_connection`] with 0.5-RTT early data: requests that arrive as TLS 1.3 early data
+/// are answered before the client's Finished, in the server's first flight, as
+/// [`Serve::early_data`] with [`EarlyDataMode::HalfRtt`] does (non-idempotent early requests
+/// get `425 Too Early`, see [`TooEarlyLayer`](crate::TooEarlyLayer)). Make `acceptor` once
+/// per server: it checks the rustls config (and probes a custom session store) when it is
+/// made, and early data it refuses is logged there.
+///
+/// ```no_run
+/// # async fn run(tcp: tokio::net::TcpStream, tls: std::sync::Arc<rustls::ServerConfig>) {
+/// let acceptor = tls_flush::HalfRttAcceptor::new(tls, tls_flush::DEFAULT_MAX_EARLY_DATA_SIZE);
+/// let app = axum::Router::new();
+/// let stats = tls_flush::serve_half_rtt_connection(tcp, acceptor, tls_flush::FlushConfig::default(), app)
+///     .await
+///     .unwrap();
+/// println!("records written: {}", stats.records_written);
+/// # }
+/// ```
+pub async fn serve_half_rtt_connection<S: HttpService>(
+    tcp: TcpStream,
+    acceptor: HalfRttAcceptor,
+    config: FlushConfig,
+    service: S,
+) -> io::Result<StatsSnapshot> {
+    let settings = Settings::default();
+    let builder = http_builder(&settings, &config);
+    let peer = tcp.peer_addr().ok();
+    logged(peer, || {
+        run_connection(
+            tcp,
+            Handshaker::HalfRtt(acceptor, TooEarlyLayer::default()),
             config,
             service,
             &settings,

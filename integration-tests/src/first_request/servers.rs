@@ -19,11 +19,11 @@ use crate::BoxError;
 pub const OURS_MAX_EARLY_DATA: u32 = 16 * 1024;
 
 /// Starts `ours` on `addr` (port 0: a free one): the demo app behind `tls-flush` (default
-/// configuration, through `tls_flush::serve_connection`, which reads accepted early data
-/// through `tls_flush::EarlyDataStream` before the wrapper), TLS 1.3 resumption from
-/// rustls' stateful in-memory session cache (two tickets per handshake, rustls' default;
-/// each usable once) and early data up to [`OURS_MAX_EARLY_DATA`]. rustls accepts early
-/// data only with stateful resumption, so no `Ticketer`.
+/// configuration, through `tls_flush::serve_half_rtt_connection`: early requests are
+/// answered in the server's first flight, 0.5-RTT), TLS 1.3 resumption from rustls'
+/// stateful in-memory session cache (two tickets per handshake, rustls' default; each
+/// usable once) and early data up to [`OURS_MAX_EARLY_DATA`]. rustls accepts early data
+/// only with stateful resumption, so no `Ticketer`.
 pub async fn start_ours(addr: SocketAddr) -> Result<TestServer, BoxError> {
     let identity = examples::tls::self_signed()?;
     let certificate = identity.chain[0].clone();
@@ -31,6 +31,9 @@ pub async fn start_ours(addr: SocketAddr) -> Result<TestServer, BoxError> {
     tls.max_early_data_size = OURS_MAX_EARLY_DATA;
     let setup = ServerSetup {
         config: Some(tls_flush::FlushConfig::default()),
+        early_data: tls_flush::EarlyDataMode::HalfRtt {
+            max_early_data_size: OURS_MAX_EARLY_DATA,
+        },
         ..ServerSetup::default()
     };
     TestServer::start_with_tls(setup, examples::axum_app::router(), addr, certificate, tls).await

@@ -107,18 +107,14 @@ pub fn stock() -> ServerSetup {
 }
 
 pub fn wrapped(policy: Policy) -> ServerSetup {
-    ServerSetup {
-        policy: Some(policy),
-        record_size: None,
-        config: None,
-    }
+    ServerSetup::with_policy(policy)
 }
 
 pub fn configured(config: FlushConfig) -> ServerSetup {
     ServerSetup {
         policy: Some(config.policy()),
-        record_size: None,
         config: Some(config),
+        ..ServerSetup::default()
     }
 }
 

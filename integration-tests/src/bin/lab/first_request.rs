@@ -127,6 +127,10 @@ pub struct FirstRequestRow {
     pub first_response_ms: Option<Spread>,
     /// Median `first_response_ms` minus stock-client's, same server and connection.
     pub first_response_vs_stock_ms: Option<f64>,
+    /// `response_complete_ms`: the whole 4 KiB body, which is what a page waits for (a
+    /// server that sends the response head in a record of its own shows its first byte
+    /// earlier, not its body).
+    pub response_complete_ms: Option<Spread>,
 }
 
 /// One row of the connection-rate table.
@@ -192,6 +196,7 @@ pub fn first_request_rows(
                         (Some(f), Some(s)) => Some(f.median - s.median),
                         _ => None,
                     },
+                    response_complete_ms: spread_of(&cell, |r| Some(r.response_complete_ms)),
                 });
             }
         }
@@ -255,19 +260,21 @@ pub fn render(config: &LabConfig, plan: &FirstRequestPlan, runs: &FirstRequestRu
             "First request: GET /critical (4096 bytes) on a new connection, {} repeats; \
              median [min, max]; records and segments are the client's first flight (TLS \
              records with application data, and the TCP segments carrying them) before the \
-             first response byte arrived; first response from connect start.\n",
+             first response byte arrived; first response byte and response complete from \
+             connect start.\n",
             config.repeats
         );
         let _ = writeln!(
             out,
             "| server | connection | case | resumed | first-flight records | first-flight \
-             segments | all client records | first response (ms) | vs stock-client (ms) |"
+             segments | all client records | first response (ms) | vs stock-client (ms) | \
+             response complete (ms) |"
         );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
         for row in first_request_rows(plan, &runs.runs) {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} |",
                 row.server,
                 row.connection,
                 row.case,
@@ -279,6 +286,7 @@ pub fn render(config: &LabConfig, plan: &FirstRequestPlan, runs: &FirstRequestRu
                 show(row.first_response_ms, 1),
                 row.first_response_vs_stock_ms
                     .map_or("-".into(), |d| format!("{d:+.1}")),
+                show(row.response_complete_ms, 1),
             );
         }
     }
