@@ -8,72 +8,29 @@
 //! - with client certificate authentication configured, early data is refused and the
 //!   request is served after the handshake.
 
-use std::io::{Read, Write};
+mod half_rtt_support;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use axum::extract::Request;
-use axum::routing::{get, post};
+use half_rtt_support::*;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig};
+use rustls::{RootCertStore, ServerConfig};
 use tls_flush::{
-    EarlyData, EarlyDataMode, EarlyDataRefusal, FlushConfig, HalfRttAcceptor, TooEarlyLayer,
+    EarlyDataMode, EarlyDataRefusal, FlushConfig, HalfRttAcceptor, TooEarlyLayer,
     SESSION_ENTRY_BYTES,
 };
-use tls_flush_testkit::tls::{config_pair, connect_as_localhost, localhost, loopback_listener};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tls_flush_testkit::tls::loopback_listener;
 
-/// Bound on every wait that should succeed.
-const TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a response that must not come is waited for.
-const QUIET: Duration = Duration::from_millis(500);
-const EARLY: u32 = 16 * 1024;
-
-/// TLS 1.3 only, no ALPN (the requests are HTTP/1.1, which hyper's auto builder detects),
-/// early data enabled on the client; the server's `max_early_data_size` is left at 0 (the
-/// 0.5-RTT mode sets its own).
-fn tls() -> (ServerConfig, ClientConfig) {
-    let (server, mut client) = config_pair(&["localhost"], &[&rustls::version::TLS13]);
-    client.enable_early_data = true;
-    (server, client)
-}
-
-/// What the app saw: GETs with whether they were early, POSTs run.
-#[derive(Default)]
-struct Seen {
-    gets: Mutex<Vec<bool>>,
-    posts: AtomicUsize,
-}
-
-/// `serve` on a loopback port with `mode` and `too_early`: `GET /get` answers
-/// `early=BOOL`, `POST /post` counts its runs.
+/// `serve` on a loopback port with `mode` and `too_early`, serving [`app`].
 async fn server(
     config: ServerConfig,
     mode: EarlyDataMode,
     too_early: TooEarlyLayer,
 ) -> (SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
-    let (gets, posts) = (seen.clone(), seen.clone());
-    let app = axum::Router::new()
-        .route(
-            "/get",
-            get(move |request: Request| async move {
-                let early = request.extensions().get::<EarlyData>().is_some();
-                gets.gets.lock().unwrap().push(early);
-                format!("early={early}")
-            }),
-        )
-        .route(
-            "/post",
-            post(move |request: Request| async move {
-                posts.posts.fetch_add(1, Ordering::SeqCst);
-                let early = request.extensions().get::<EarlyData>().is_some();
-                format!("posted early={early}")
-            }),
-        );
+    let app = app(&seen);
     let (listener, addr) = loopback_listener().await;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let serve = tls_flush::serve(listener, acceptor, FlushConfig::default(), app)
@@ -81,128 +38,6 @@ async fn server(
         .too_early(too_early);
     tokio::spawn(async move { serve.await });
     (addr, seen)
-}
-
-fn request(method: &str, path: &str) -> Vec<u8> {
-    format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\n\r\n").into_bytes()
-}
-
-/// The body of a complete HTTP/1.1 response in `bytes`, with its status line.
-fn response(bytes: &[u8]) -> Option<(String, String)> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length: ")
-                .map(str::to_owned)
-        })?
-        .trim()
-        .parse()
-        .ok()?;
-    let status = head.lines().next()?.to_owned();
-    (body.len() >= length).then(|| (status, body[..length].to_owned()))
-}
-
-/// A full handshake and one GET, so that the client holds tickets (with early data when the
-/// server allows it).
-async fn get_tickets(client: &Arc<ClientConfig>, addr: SocketAddr) {
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let mut tls = tokio::time::timeout(TIMEOUT, connect_as_localhost(client.clone(), tcp))
-        .await
-        .unwrap()
-        .unwrap();
-    tls.write_all(&request("GET", "/get")).await.unwrap();
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 4096];
-    while response(&bytes).is_none() {
-        let n = tokio::time::timeout(TIMEOUT, tls.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "closed before the response");
-        bytes.extend_from_slice(&buf[..n]);
-    }
-}
-
-/// A client that writes TLS itself: its first flight is kept, its later flights are sent
-/// only when asked.
-struct RawClient {
-    tcp: TcpStream,
-    conn: ClientConnection,
-    plaintext: Vec<u8>,
-}
-
-impl RawClient {
-    /// A new connection resuming with `client`'s ticket: `early` as early data (asserts that
-    /// the ticket allows it). Returns the client and its first flight, as sent.
-    async fn connect_early(
-        client: &Arc<ClientConfig>,
-        addr: SocketAddr,
-        early: &[u8],
-    ) -> (RawClient, Vec<u8>) {
-        let mut conn = ClientConnection::new(client.clone(), localhost()).unwrap();
-        conn.early_data()
-            .expect("the ticket allows early data")
-            .write_all(early)
-            .unwrap();
-        let mut flight = Vec::new();
-        while conn.wants_write() {
-            conn.write_tls(&mut flight).unwrap();
-        }
-        let mut tcp = TcpStream::connect(addr).await.unwrap();
-        tcp.write_all(&flight).await.unwrap();
-        let raw = RawClient {
-            tcp,
-            conn,
-            plaintext: Vec::new(),
-        };
-        (raw, flight)
-    }
-
-    /// Reads and processes what the server sends (without writing anything) until a
-    /// complete response has been decrypted, or `wait` passes without one.
-    async fn read_response(&mut self, wait: Duration) -> Option<(String, String)> {
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            if let Some(done) = response(&self.plaintext) {
-                return Some(done);
-            }
-            let n = match tokio::time::timeout_at(deadline, self.tcp.read(&mut buf)).await {
-                Ok(Ok(n)) if n > 0 => n,
-                _ => return None,
-            };
-            let mut input = &buf[..n];
-            while !input.is_empty() {
-                self.conn.read_tls(&mut input).unwrap();
-                self.conn.process_new_packets().unwrap();
-            }
-            let mut chunk = [0u8; 4096];
-            loop {
-                match self.conn.reader().read(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(n) => self.plaintext.extend_from_slice(&chunk[..n]),
-                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(err) => panic!("{err}"),
-                }
-            }
-        }
-    }
-
-    /// Sends what the client has to send: its EndOfEarlyData and Finished, once it has read
-    /// the server's flight; then `data`, as application data.
-    async fn send(&mut self, data: &[u8]) {
-        if !data.is_empty() {
-            self.conn.writer().write_all(data).unwrap();
-        }
-        let mut out = Vec::new();
-        while self.conn.wants_write() {
-            self.conn.write_tls(&mut out).unwrap();
-        }
-        self.tcp.write_all(&out).await.unwrap();
-    }
 }
 
 #[tokio::test]
@@ -287,19 +122,6 @@ impl StoresServerSessions for Measured {
     }
     fn can_cache(&self) -> bool {
         true
-    }
-}
-
-/// Sends `flight` on a new TCP connection and reads what the server answers until it
-/// closes or `QUIET` passes.
-async fn replay(addr: SocketAddr, flight: &[u8]) {
-    let mut tcp = TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(flight).await.unwrap();
-    let mut buf = [0u8; 16 * 1024];
-    while let Ok(Ok(n)) = tokio::time::timeout(QUIET, tcp.read(&mut buf)).await {
-        if n == 0 {
-            break;
-        }
     }
 }
 
