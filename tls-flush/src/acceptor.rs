@@ -9,6 +9,10 @@
 //!
 //! Invariant: a failed inner accept is returned as it is (axum-server drops that
 //! connection); nothing here can fail.
+//!
+//! For 0.5-RTT early data, the inner acceptor is [`HalfRttTlsAcceptor`] in place of
+//! axum-server's `RustlsAcceptor` ([`FlushAcceptor::half_rtt`]): it gets the service, so
+//! it marks early requests and applies the 425 rule itself (module `half_rtt`).
 
 use std::future::Future;
 use std::io;
@@ -18,17 +22,23 @@ use std::task::{ready, Context, Poll};
 use axum::middleware::AddExtension;
 use axum::Extension;
 use axum_server::accept::Accept;
-use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
 use tower::Layer;
 
 use crate::config::FlushConfig;
 use crate::stats::ConnectionStats;
 use crate::stream::FlushStream;
+use crate::transport::Transport;
+
+#[cfg(feature = "serve")]
+mod half_rtt;
+#[cfg(feature = "serve")]
+pub use half_rtt::{HalfRttTlsAcceptor, HalfRttTlsFuture};
 
 /// An `axum_server::accept::Accept` that wraps the TLS stream of an inner acceptor in
 /// [`FlushStream`]; each request carries its connection's [`ConnectionStats`]
-/// (`Extension<ConnectionStats>` in axum).
+/// (`Extension<ConnectionStats>` in axum). The inner acceptor is axum-server's
+/// `RustlsAcceptor`, or [`HalfRttTlsAcceptor`] for 0.5-RTT early data
+/// ([`FlushAcceptor::half_rtt`]).
 ///
 /// ```no_run
 /// # async fn run(tls_config: std::sync::Arc<rustls::ServerConfig>) -> std::io::Result<()> {
@@ -76,9 +86,10 @@ impl<A> FlushAcceptor<A> {
 
 impl<A, I, S> Accept<I, S> for FlushAcceptor<A>
 where
-    A: Accept<I, S, Stream = TlsStream<TcpStream>>,
+    A: Accept<I, S>,
+    A::Stream: Transport,
 {
-    type Stream = FlushStream<TlsStream<TcpStream>>;
+    type Stream = FlushStream<A::Stream>;
     type Service = AddExtension<A::Service, ConnectionStats>;
     type Future = FlushAcceptorFuture<A::Future>;
 
@@ -100,14 +111,12 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<F, Svc> Future for FlushAcceptorFuture<F>
+impl<F, T, Svc> Future for FlushAcceptorFuture<F>
 where
-    F: Future<Output = io::Result<(TlsStream<TcpStream>, Svc)>>,
+    F: Future<Output = io::Result<(T, Svc)>>,
+    T: Transport,
 {
-    type Output = io::Result<(
-        FlushStream<TlsStream<TcpStream>>,
-        AddExtension<Svc, ConnectionStats>,
-    )>;
+    type Output = io::Result<(FlushStream<T>, AddExtension<Svc, ConnectionStats>)>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();

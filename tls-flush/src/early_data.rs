@@ -61,8 +61,10 @@ use tokio::net::TcpStream;
 use crate::frame::{FrameHeader, CLIENT_PREFACE, HEADERS};
 
 mod body;
+mod mark;
 use crate::Transport;
 pub(crate) use body::OrEmpty;
+pub use mark::MarkEarly;
 
 /// A request extension: (the start of) this request arrived as TLS 1.3 early data, which
 /// an attacker can replay (RFC 8470).

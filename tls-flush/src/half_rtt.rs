@@ -128,7 +128,10 @@ pub enum EarlyDataRefusal {
 ///   [`EarlyData`](crate::EarlyData) (see [`HalfRttStream::early_requests`]), and
 ///   [`serve`](fn@crate::serve) with 0.5-RTT answers the non-idempotent ones with
 ///   `425 Too Early` ([`TooEarlyLayer`](crate::TooEarlyLayer)); the client retries them
-///   after the handshake (RFC 8470 §5.2).
+///   after the handshake (RFC 8470 §5.2). So do `FlushListener::half_rtt` with
+///   `HalfRttMakeService` (feature `axum`) and `FlushAcceptor::half_rtt` (feature
+///   `axum-server`); a service that marks requests itself wraps them in
+///   [`MarkEarly`](crate::MarkEarly).
 ///
 ///
 /// ```no_run

@@ -68,13 +68,15 @@ mod write_path;
 
 #[cfg(feature = "axum-server")]
 pub use acceptor::{FlushAcceptor, FlushAcceptorFuture};
+#[cfg(all(feature = "axum-server", feature = "serve"))]
+pub use acceptor::{HalfRttTlsAcceptor, HalfRttTlsFuture};
 #[cfg(fuzzing)]
 #[doc(hidden)]
 pub use clock::fuzz_clock;
 pub use config::{FlushConfig, Policy, RecordSizing, UnknownPolicy, UrgentCut, MAX_RECORD_PAYLOAD};
 #[cfg(feature = "serve")]
 pub use early_data::{
-    EarlyData, EarlyDataStream, EarlyRequests, TooEarly, TooEarlyFuture, TooEarlyLayer,
+    EarlyData, EarlyDataStream, EarlyRequests, MarkEarly, TooEarly, TooEarlyFuture, TooEarlyLayer,
 };
 #[cfg(feature = "serve")]
 pub use half_rtt::{
@@ -87,6 +89,8 @@ pub use half_rtt::{
 pub use hpack::bench as hpack_bench;
 #[cfg(feature = "axum")]
 pub use listener::{ConnectionInfo, FlushListener};
+#[cfg(all(feature = "axum", feature = "serve"))]
+pub use listener::{HalfRttMakeFuture, HalfRttMakeService};
 pub use memory_budget::{MemoryBudget, BUDGET_FLOOR};
 pub use path::{CongestionControl, PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]

@@ -19,7 +19,13 @@
 //! - `accept` is cancel-safe: axum's graceful shutdown drops it at any await point without
 //!   losing a connection, since accepted connections and finished handshakes stay in the
 //!   set. Dropping the listener aborts the handshakes still running.
+//! - With 0.5-RTT ([`FlushListener::half_rtt`], module `half_rtt`), a connection's early
+//!   data is read before the client's Finished only when the app is served through
+//!   [`HalfRttMakeService`](crate::HalfRttMakeService), which marks early requests and
+//!   applies the 425 rule; served any other way, early data waits for the handshake to
+//!   complete (no 0.5-RTT, nothing replayable reaches the app).
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -37,11 +43,43 @@ use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::config::FlushConfig;
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
+use crate::transport::Transport;
+
+#[cfg(feature = "serve")]
+mod half_rtt;
+#[cfg(feature = "serve")]
+pub use half_rtt::{HalfRttMakeFuture, HalfRttMakeService};
 
 /// The default bound on concurrent TLS handshakes.
 const DEFAULT_MAX_PENDING_HANDSHAKES: usize = 512;
 
-type Handshake = (SocketAddr, io::Result<TlsStream<TcpStream>>);
+/// A finished handshake task: the peer, and its TLS stream or why there is none.
+type Handshake<S> = (SocketAddr, io::Result<S>);
+
+/// The TLS handshake a [`FlushListener`] runs on each connection: tokio-rustls'
+/// [`TlsAcceptor`] or [`HalfRttAcceptor`](crate::HalfRttAcceptor). Sealed: public only so
+/// that it may bound `FlushListener`'s parameter; this module is private.
+pub trait ListenerTls: Send + 'static {
+    /// The TLS stream a successful handshake yields.
+    type Stream: Transport + Send + 'static;
+
+    /// The handshake on `tcp`, run on its own task.
+    fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> impl Future<Output = io::Result<Self::Stream>> + Send + 'static;
+}
+
+impl ListenerTls for TlsAcceptor {
+    type Stream = TlsStream<TcpStream>;
+
+    fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> impl Future<Output = io::Result<Self::Stream>> + Send + 'static {
+        self.accept(tcp)
+    }
+}
 
 /// An [`axum::serve::Listener`] that accepts TCP connections, runs their TLS handshakes
 /// concurrently and yields each connection wrapped in a [`FlushStream`].
@@ -63,20 +101,24 @@ type Handshake = (SocketAddr, io::Result<TlsStream<TcpStream>>);
 ///     .await
 /// # }
 /// ```
-pub struct FlushListener {
+///
+/// The acceptor type `A` is tokio-rustls' [`TlsAcceptor`] ([`FlushListener::new`]), or
+/// [`HalfRttAcceptor`](crate::HalfRttAcceptor) for 0.5-RTT early data
+/// ([`FlushListener::half_rtt`]).
+pub struct FlushListener<A: ListenerTls = TlsAcceptor> {
     tcp: TcpListener,
-    acceptor: TlsAcceptor,
+    acceptor: A,
     config: FlushConfig,
     handshake_timeout: Duration,
     max_pending: usize,
-    pending: JoinSet<Handshake>,
+    pending: JoinSet<Handshake<A::Stream>>,
     backoff: Backoff,
     /// Set after an accept error that needs a pause; kept here, not in the `accept` future,
     /// so that the pause survives the future being dropped and polled anew.
     retry_at: Option<Instant>,
 }
 
-impl std::fmt::Debug for FlushListener {
+impl<A: ListenerTls> std::fmt::Debug for FlushListener<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // `TlsAcceptor` has no `Debug`.
         f.debug_struct("FlushListener")
@@ -102,6 +144,13 @@ impl FlushListener {
     /// # }
     /// ```
     pub fn new(tcp: TcpListener, acceptor: TlsAcceptor, config: FlushConfig) -> Self {
+        Self::with_acceptor(tcp, acceptor, config)
+    }
+}
+
+impl<A: ListenerTls> FlushListener<A> {
+    /// A listener on `tcp` that handshakes with `acceptor`, its other settings default.
+    fn with_acceptor(tcp: TcpListener, acceptor: A, config: FlushConfig) -> Self {
         FlushListener {
             tcp,
             acceptor,
@@ -159,9 +208,20 @@ impl FlushListener {
         &self.tcp
     }
 
+    /// The TLS acceptor.
+    ///
+    /// ```no_run
+    /// # fn run(listener: &tls_flush::FlushListener) {
+    /// let rustls: &std::sync::Arc<rustls::ServerConfig> = listener.acceptor().config();
+    /// # }
+    /// ```
+    pub fn acceptor(&self) -> &A {
+        &self.acceptor
+    }
+
     /// Accepts one TCP connection (or waits out an accept backoff) unless the handshake
     /// set is full, then returns the first connection whose handshake succeeded.
-    async fn next(&mut self) -> (FlushStream<TlsStream<TcpStream>>, SocketAddr) {
+    async fn next(&mut self) -> (FlushStream<A::Stream>, SocketAddr) {
         loop {
             let accepting = self.pending.len() < self.max_pending && self.retry_at.is_none();
             let retry_at = self.retry_at;
@@ -190,7 +250,7 @@ impl FlushListener {
         if let Err(err) = tcp.set_nodelay(true) {
             debug!(%peer, error = %err, "TCP_NODELAY not set");
         }
-        let handshake = self.acceptor.accept(tcp);
+        let handshake = self.acceptor.handshake(tcp);
         let timeout = self.handshake_timeout;
         self.pending.spawn(async move {
             let result = match tokio::time::timeout(timeout, handshake).await {
@@ -206,8 +266,8 @@ impl FlushListener {
 
     fn finished(
         &mut self,
-        joined: Result<Handshake, JoinError>,
-    ) -> Option<(FlushStream<TlsStream<TcpStream>>, SocketAddr)> {
+        joined: Result<Handshake<A::Stream>, JoinError>,
+    ) -> Option<(FlushStream<A::Stream>, SocketAddr)> {
         match joined {
             Ok((peer, Ok(tls))) => {
                 let stream = FlushStream::new(tls, self.config.clone());
@@ -250,8 +310,8 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-impl Listener for FlushListener {
-    type Io = FlushStream<TlsStream<TcpStream>>;
+impl<A: ListenerTls> Listener for FlushListener<A> {
+    type Io = FlushStream<A::Stream>;
     type Addr = SocketAddr;
 
     fn accept(&mut self) -> impl std::future::Future<Output = (Self::Io, Self::Addr)> + Send {
@@ -296,7 +356,7 @@ pub struct ConnectionInfo {
 }
 
 impl ConnectionInfo {
-    fn of(stream: &FlushStream<TlsStream<TcpStream>>, remote_addr: SocketAddr) -> Self {
+    fn of<T: Transport>(stream: &FlushStream<T>, remote_addr: SocketAddr) -> Self {
         ConnectionInfo {
             remote_addr,
             stats: stream.stats(),
@@ -337,17 +397,18 @@ impl ConnectionInfo {
     }
 }
 
-impl Connected<IncomingStream<'_, FlushListener>> for ConnectionInfo {
-    fn connect_info(stream: IncomingStream<'_, FlushListener>) -> Self {
+impl<A: ListenerTls> Connected<IncomingStream<'_, FlushListener<A>>> for ConnectionInfo {
+    fn connect_info(stream: IncomingStream<'_, FlushListener<A>>) -> Self {
         ConnectionInfo::of(stream.io(), *stream.remote_addr())
     }
 }
 
-impl<F> Connected<IncomingStream<'_, axum::serve::TapIo<FlushListener, F>>> for ConnectionInfo
+impl<A, F> Connected<IncomingStream<'_, axum::serve::TapIo<FlushListener<A>, F>>> for ConnectionInfo
 where
-    F: FnMut(&mut FlushStream<TlsStream<TcpStream>>) + Send + 'static,
+    A: ListenerTls,
+    F: FnMut(&mut FlushStream<A::Stream>) + Send + 'static,
 {
-    fn connect_info(stream: IncomingStream<'_, axum::serve::TapIo<FlushListener, F>>) -> Self {
+    fn connect_info(stream: IncomingStream<'_, axum::serve::TapIo<FlushListener<A>, F>>) -> Self {
         ConnectionInfo::of(stream.io(), *stream.remote_addr())
     }
 }

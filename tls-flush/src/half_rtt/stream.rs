@@ -13,6 +13,7 @@
 
 use std::io::{self, Read, Write};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{ready, Context, Poll};
 
 use rustls::ServerConnection;
@@ -49,6 +50,10 @@ pub struct HalfRttStream<IO> {
     pub(super) early: EarlyCounter,
     /// Whether the stream was handed over before the handshake completed.
     pub(super) half_rtt: bool,
+    /// Early data waits for the handshake to complete (see
+    /// [`hold_early_data`](Self::hold_early_data)); atomic because axum hands the make
+    /// service that releases it only `&Io`.
+    early_held: AtomicBool,
 }
 
 impl<IO> HalfRttStream<IO> {
@@ -62,7 +67,23 @@ impl<IO> HalfRttStream<IO> {
             need_flush: false,
             early: EarlyCounter::default(),
             half_rtt: false,
+            early_held: AtomicBool::new(false),
         }
+    }
+
+    /// Early data stays unread until the handshake has completed, as on tokio-rustls'
+    /// path, until [`release_early_data`](Self::release_early_data): for a stream handed to
+    /// a service that may not mark early requests nor apply the 425 rule (the listener's
+    /// connections before the app is known to be wrapped).
+    pub(crate) fn hold_early_data(&self) {
+        self.early_held.store(true, Ordering::Release);
+    }
+
+    /// Early data may be read at once (0.5-RTT): whoever calls this marks the requests
+    /// that [`early_requests`](Self::early_requests) counts. A read already waiting for the
+    /// client's Finished is not woken: its requests are served once the Finished arrives.
+    pub(crate) fn release_early_data(&self) {
+        self.early_held.store(false, Ordering::Release);
     }
 
     /// The requests that began in early data, for [`EarlyRequests::mark`]: the count
@@ -204,10 +225,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> HalfRttStream<IO> {
         }
     }
 
-    /// Copies early data, then (once the handshake has completed) application data into
-    /// `buf`; `Ok(true)` when it copied something or the stream ended cleanly.
+    /// Copies early data (after the handshake if it is held), then (after the handshake)
+    /// application data into `buf`; `Ok(true)` when it copied something or the stream ended
+    /// cleanly.
     fn take_plaintext(&mut self, buf: &mut ReadBuf<'_>) -> io::Result<bool> {
-        if let Some(mut early) = self.conn.early_data() {
+        // Held early data waits for the handshake; rustls keeps it aside until then.
+        let early_readable =
+            !self.early_held.load(Ordering::Acquire) || !self.conn.is_handshaking();
+        if let Some(mut early) = self.conn.early_data().filter(|_| early_readable) {
             let n = early.read(buf.initialize_unfilled())?;
             if n > 0 {
                 let start = buf.filled().len();
