@@ -1,0 +1,206 @@
+//! 0.5-RTT under `axum::serve` (`FlushListener::half_rtt` + `HalfRttMakeService`) and
+//! axum-server (`FlushAcceptor::half_rtt`), with the raw client of `tests/half_rtt.rs`,
+//! which holds back its Finished:
+//! - an early GET is answered before the client's Finished and carries `EarlyData`; an
+//!   early POST gets `425 Too Early` and its handler does not run;
+//! - a 0.5-RTT listener served without `HalfRttMakeService` (no one to mark requests or
+//!   apply the 425 rule) reads early data only after the handshake;
+//! - without the opt-in, the listener's tickets allow no early data (today's behaviour).
+
+mod half_rtt_support;
+
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::ConnectInfo;
+use axum::routing::get;
+use axum::Extension;
+use half_rtt_support::*;
+use rustls::{ClientConnection, ServerConfig};
+use tls_flush::{
+    ConnectionInfo, ConnectionStats, FlushAcceptor, FlushConfig, FlushListener, HalfRttMakeService,
+};
+use tls_flush_testkit::tls::{localhost, loopback_listener};
+
+/// A `FlushListener` on a loopback port with `config`, opted in to 0.5-RTT or not.
+async fn listener(config: ServerConfig, half_rtt: bool) -> (SocketAddr, ListenerKind) {
+    let (tcp, addr) = loopback_listener().await;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = FlushListener::new(tcp, acceptor, FlushConfig::default());
+    let kind = if half_rtt {
+        let listener = listener.half_rtt(EARLY);
+        assert_eq!(listener.early_data_refusal(), None);
+        ListenerKind::HalfRtt(listener)
+    } else {
+        ListenerKind::Plain(listener)
+    };
+    (addr, kind)
+}
+
+enum ListenerKind {
+    Plain(FlushListener),
+    HalfRtt(FlushListener<tls_flush::HalfRttAcceptor>),
+}
+
+/// The test app plus `/peer`, which answers from `ConnectInfo<ConnectionInfo>`.
+fn app_with_peer(seen: &Arc<Seen>) -> axum::Router {
+    app(seen).route(
+        "/peer",
+        get(
+            |ConnectInfo(info): ConnectInfo<ConnectionInfo>| async move {
+                format!("peer={}", info.remote_addr().ip())
+            },
+        ),
+    )
+}
+
+#[tokio::test]
+async fn listener_answers_early_gets_at_half_rtt_and_refuses_early_posts() {
+    let (server_config, client) = tls();
+    let client = Arc::new(client);
+    let (addr, ListenerKind::HalfRtt(listener)) = listener(server_config, true).await else {
+        unreachable!()
+    };
+    let seen = Arc::new(Seen::default());
+    let app = app_with_peer(&seen).into_make_service_with_connect_info::<ConnectionInfo>();
+    tokio::spawn(axum::serve(listener, HalfRttMakeService::new(app)).into_future());
+    get_tickets(&client, addr).await;
+
+    // The GET is answered while the client holds its Finished back.
+    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("GET", "/get")).await;
+    assert_eq!(
+        raw.read_response(TIMEOUT).await,
+        Some(("HTTP/1.1 200 OK".to_owned(), "early=true".to_owned()))
+    );
+    assert!(
+        raw.conn.wants_write(),
+        "the client has not sent its Finished"
+    );
+    // After the handshake, the same connection goes on; `ConnectInfo<ConnectionInfo>`
+    // works on this listener.
+    raw.send(&request("GET", "/peer")).await;
+    raw.plaintext.clear();
+    assert_eq!(
+        raw.read_response(TIMEOUT).await,
+        Some(("HTTP/1.1 200 OK".to_owned(), "peer=127.0.0.1".to_owned()))
+    );
+    assert!(raw.conn.is_early_data_accepted());
+
+    // The POST: 425 before the Finished, and its handler never ran.
+    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("POST", "/post")).await;
+    let (status, _) = raw.read_response(TIMEOUT).await.unwrap();
+    assert_eq!(status, "HTTP/1.1 425 Too Early");
+    assert!(
+        raw.conn.wants_write(),
+        "the client has not sent its Finished"
+    );
+    raw.send(b"").await;
+    assert_eq!(seen.posts.load(Ordering::SeqCst), 0);
+    assert_eq!(*seen.gets.lock().unwrap(), vec![false, true]);
+}
+
+#[tokio::test]
+async fn listener_without_make_service_reads_early_data_after_the_handshake() {
+    let (server_config, client) = tls();
+    let client = Arc::new(client);
+    let (addr, ListenerKind::HalfRtt(listener)) = listener(server_config, true).await else {
+        unreachable!()
+    };
+    let seen = Arc::new(Seen::default());
+    // The app as a plain `axum::serve` user would pass it: nothing marks early requests.
+    tokio::spawn(axum::serve(listener, app(&seen)).into_future());
+    get_tickets(&client, addr).await;
+
+    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("POST", "/post")).await;
+    assert_eq!(
+        raw.read_response(QUIET).await,
+        None,
+        "nothing before the Finished"
+    );
+    assert_eq!(
+        seen.posts.load(Ordering::SeqCst),
+        0,
+        "not run before it either"
+    );
+    // As on tokio-rustls' path: served once the handshake has completed (a replay could
+    // not complete it).
+    raw.send(b"").await;
+    assert_eq!(
+        raw.read_response(TIMEOUT).await,
+        Some((
+            "HTTP/1.1 200 OK".to_owned(),
+            "posted early=false".to_owned()
+        ))
+    );
+    assert!(raw.conn.is_early_data_accepted());
+    assert_eq!(seen.posts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn listener_without_opt_in_offers_no_early_data() {
+    let (server_config, client) = tls();
+    let client = Arc::new(client);
+    let (addr, ListenerKind::Plain(listener)) = listener(server_config, false).await else {
+        unreachable!()
+    };
+    let seen = Arc::new(Seen::default());
+    tokio::spawn(axum::serve(listener, app(&seen)).into_future());
+    get_tickets(&client, addr).await;
+    // The client resumes, but its ticket allows no early data (rustls' default server).
+    let mut conn = ClientConnection::new(client, localhost()).unwrap();
+    assert!(conn.early_data().is_none());
+    assert_eq!(*seen.gets.lock().unwrap(), vec![false]);
+}
+
+#[tokio::test]
+async fn acceptor_answers_early_gets_at_half_rtt_and_refuses_early_posts() {
+    let (server_config, client) = tls();
+    let client = Arc::new(client);
+    let (tcp, addr) = loopback_listener().await;
+    let tcp = tcp.into_std().unwrap();
+    let seen = Arc::new(Seen::default());
+    let app = app(&seen).route(
+        "/stats",
+        get(|Extension(stats): Extension<ConnectionStats>| async move {
+            format!("read={}", stats.snapshot().bytes_read > 0)
+        }),
+    );
+    let acceptor = FlushAcceptor::half_rtt(Arc::new(server_config), EARLY, FlushConfig::default());
+    assert_eq!(acceptor.get_ref().refusal(), None);
+    let server = axum_server::from_tcp(tcp)
+        .unwrap()
+        .acceptor(acceptor)
+        .serve(app.into_make_service());
+    tokio::spawn(server);
+    get_tickets(&client, addr).await;
+
+    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("GET", "/get")).await;
+    assert_eq!(
+        raw.read_response(TIMEOUT).await,
+        Some(("HTTP/1.1 200 OK".to_owned(), "early=true".to_owned()))
+    );
+    assert!(
+        raw.conn.wants_write(),
+        "the client has not sent its Finished"
+    );
+    // The connection is a `FlushStream`: its counters reach the handlers.
+    raw.send(&request("GET", "/stats")).await;
+    raw.plaintext.clear();
+    assert_eq!(
+        raw.read_response(TIMEOUT).await,
+        Some(("HTTP/1.1 200 OK".to_owned(), "read=true".to_owned()))
+    );
+
+    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("POST", "/post")).await;
+    let (status, _) = raw.read_response(TIMEOUT).await.unwrap();
+    assert_eq!(status, "HTTP/1.1 425 Too Early");
+    assert!(
+        raw.conn.wants_write(),
+        "the client has not sent its Finished"
+    );
+    raw.send(b"").await;
+    assert_eq!(seen.posts.load(Ordering::SeqCst), 0);
+    assert_eq!(*seen.gets.lock().unwrap(), vec![false, true]);
+}
