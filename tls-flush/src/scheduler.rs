@@ -36,6 +36,7 @@ use crate::priorities::StreamPriorities;
 
 mod shares;
 
+#[cfg(feature = "serve")]
 pub(crate) use shares::cost_bits;
 use shares::{UrgencyShares, DEFAULT_URGENCY};
 

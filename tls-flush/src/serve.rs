@@ -109,7 +109,7 @@ const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// (`http2_max_concurrent_streams`) and h2o do, and the minimum RFC 9113 §6.5.2 recommends
 /// (hyper's own default is 200). It bounds what a client makes the server read ahead: each
 /// open stream holds a request in h2 and a response of up to h2's per-stream send buffer
-/// ([`H2_SEND_BUFFER`]) waiting for the wrapper's queue, so a client that keeps opening
+/// (128 KiB, 16 KiB with body scheduling) waiting for the wrapper's queue, so a client that keeps opening
 /// streams while it does not read gets further ones refused (`RST_STREAM` with
 /// `REFUSED_STREAM`, which a client retries) instead of growing the server's backlog.
 pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
