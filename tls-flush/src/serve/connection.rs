@@ -3,7 +3,10 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
@@ -15,11 +18,11 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
-use super::{idle_for, shutdown_requested, ActivityClock, HttpService, Settings, Tracked};
+use super::{idle_for, shutdown_requested, ActivityClock, BoxError, HttpService, Tracked};
 use crate::body_gate::{BodyGate, GatedService};
 use crate::config::FlushConfig;
-use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarlyLayer};
-use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor};
+use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarly, TooEarlyLayer};
+use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor, HalfRttStream};
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
 use crate::transport::Transport;
@@ -53,63 +56,158 @@ impl Handshaker {
     }
 }
 
-/// One connection, from the accepted TCP stream to its end; see [`logged`] for its outcome.
+/// What a connection starts from: the accepted socket and what its handshake and wrapper
+/// need. Boxed, and consumed by [`open`] (boxed too), so that the task's future keeps
+/// neither these nor the handshake's state while the connection lives: rustc keeps an async
+/// fn's arguments, and every local that was borrowed before an await, for the whole
+/// function, and an idle connection's task was 10.6 KiB, 4.4 of them hyper's connection.
+pub(super) struct Start<S> {
+    pub(super) tcp: TcpStream,
+    pub(super) handshaker: Handshaker,
+    pub(super) config: FlushConfig,
+    pub(super) service: S,
+    pub(super) handshake_timeout: Duration,
+    pub(super) shutdown: Option<watch::Receiver<bool>>,
+}
+
+/// The stream tokio-rustls' handshake gives, early data (served after it) first.
+type RustlsIo = EarlyDataStream<Tracked<TcpStream>>;
+/// The stream the 0.5-RTT handshake gives.
+type HalfRttIo = HalfRttStream<Tracked<TcpStream>>;
+
+/// The service's responses, with a body a `425 Too Early` can have too (an empty one). A fn
+/// pointer rather than a closure, so that the service's type can be named.
+type OrEmptyFn<B> = fn(Response<B>) -> Response<OrEmpty<B>>;
+
+/// The service hyper calls: each request marked, the 0.5-RTT rule, the body gate.
+type Stack<S> = TowerToHyperService<
+    GatedService<
+        Marked<TooEarly<tower::util::MapResponse<S, OrEmptyFn<<S as HttpService>::ResBody>>>>,
+    >,
+>;
+
+/// hyper's connection over the wrapper over `T`.
+type HyperConnection<'a, T, S> =
+    auto::Connection<'a, TokioIo<FlushStream<T>>, Stack<S>, TokioExecutor>;
+
+/// A connection after its handshake, wrapped, in hyper's hands: what serving it needs.
+struct Opened<'a, S: HttpService> {
+    conn: Serving<'a, S>,
+    clock: Arc<ActivityClock>,
+    stats: ConnectionStats,
+    shutdown: Option<watch::Receiver<bool>>,
+}
+
+/// One connection, from the accepted TCP stream to its end; see [`logged`](super::logged)
+/// for its outcome.
 pub(super) async fn run_connection<S: HttpService>(
-    tcp: TcpStream,
-    handshaker: Handshaker,
-    config: FlushConfig,
-    service: S,
-    settings: &Settings,
+    start: Box<Start<S>>,
+    idle_timeout: Duration,
     builder: &auto::Builder<TokioExecutor>,
-    mut shutdown: Option<watch::Receiver<bool>>,
 ) -> io::Result<StatsSnapshot> {
+    let Opened {
+        conn,
+        clock,
+        stats,
+        mut shutdown,
+    } = Box::pin(open(start, builder)).await?;
+    let mut conn = std::pin::pin!(conn);
+    let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
+    let mut shutting_down = false;
+    let served = loop {
+        tokio::select! {
+            served = conn.as_mut() => break served,
+            () = idle.as_mut() => {
+                if shutting_down {
+                    debug!(
+                        timeout = ?idle_timeout,
+                        "nothing moved while shutting down; dropping the connection"
+                    );
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no byte moved for {idle_timeout:?} during a graceful shutdown"),
+                    ));
+                }
+                debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
+                conn.as_mut().graceful_shutdown();
+                shutting_down = true;
+                clock.touch();
+                idle.set(idle_for(&clock, idle_timeout));
+            }
+            () = shutdown_requested(&mut shutdown), if !shutting_down => {
+                debug!("server shutting down; shutting the connection down gracefully");
+                conn.as_mut().graceful_shutdown();
+                shutting_down = true;
+                clock.touch();
+                idle.set(idle_for(&clock, idle_timeout));
+            }
+        }
+    };
+    if let Err(err) = served {
+        // The counters of a connection that failed are worth as much as a clean one's.
+        debug!(error = %err, counters = ?stats.snapshot(), "closed with an error");
+        return Err(io::Error::other(err));
+    }
+    Ok(stats.snapshot())
+}
+
+/// `TCP_NODELAY`, the TLS handshake (within its timeout, unless the server shuts down),
+/// then the wrapper and hyper's connection.
+async fn open<S: HttpService>(
+    start: Box<Start<S>>,
+    builder: &auto::Builder<TokioExecutor>,
+) -> io::Result<Opened<'_, S>> {
+    let Start {
+        tcp,
+        handshaker,
+        config,
+        service,
+        handshake_timeout,
+        mut shutdown,
+    } = *start;
     tcp.set_nodelay(true)?;
     let clock = Arc::new(ActivityClock::new());
     let io = Tracked {
         io: tcp,
         clock: clock.clone(),
     };
-    match handshaker {
+    let (conn, stats) = match handshaker {
         Handshaker::Rustls(acceptor) => {
-            let tls = handshake(settings, &mut shutdown, acceptor.accept(io)).await?;
+            let tls = handshake(handshake_timeout, &mut shutdown, acceptor.accept(io)).await?;
             // Early data first (rustls keeps it aside; without this a client whose 0-RTT the
             // server accepted would never be answered), then the wrapper.
             let tls = EarlyDataStream::new(tls);
             let early = tls.early_requests();
             let too_early = TooEarlyLayer::pass_through();
-            let conn = Connection {
-                settings,
-                builder,
-                clock,
-                shutdown,
-            };
-            conn.serve(tls, early, too_early, config, service).await
+            let (conn, stats) = wrap(tls, early, &too_early, config, service, builder);
+            (Serving::Rustls { conn }, stats)
         }
         Handshaker::HalfRtt(acceptor, too_early) => {
-            let tls = handshake(settings, &mut shutdown, acceptor.accept(io)).await?;
+            let tls = handshake(handshake_timeout, &mut shutdown, acceptor.accept(io)).await?;
             debug!(
                 half_rtt = tls.is_half_rtt(),
                 "handshake done or early data accepted"
             );
             let early = tls.early_requests();
-            let conn = Connection {
-                settings,
-                builder,
-                clock,
-                shutdown,
-            };
-            conn.serve(tls, early, too_early, config, service).await
+            let (conn, stats) = wrap(tls, early, &too_early, config, service, builder);
+            (Serving::HalfRtt { conn }, stats)
         }
-    }
+    };
+    Ok(Opened {
+        conn,
+        clock,
+        stats,
+        shutdown,
+    })
 }
 
-/// `accept` within the handshake timeout, unless the server shuts down first.
+/// `accept` within `timeout`, unless the server shuts down first.
 async fn handshake<T>(
-    settings: &Settings,
+    timeout: Duration,
     shutdown: &mut Option<watch::Receiver<bool>>,
     accept: impl Future<Output = io::Result<T>>,
 ) -> io::Result<T> {
-    let handshake = tokio::time::timeout(settings.handshake_timeout, accept);
+    let handshake = tokio::time::timeout(timeout, accept);
     tokio::select! {
         handshake = handshake => match handshake {
             Ok(Ok(tls)) => Ok(tls),
@@ -118,16 +216,10 @@ async fn handshake<T>(
                 Err(err)
             }
             Err(_) => {
-                debug!(
-                    timeout = ?settings.handshake_timeout,
-                    "TLS handshake timed out; dropping the connection"
-                );
+                debug!(?timeout, "TLS handshake timed out; dropping the connection");
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!(
-                        "TLS handshake not finished within {:?}",
-                        settings.handshake_timeout
-                    ),
+                    format!("TLS handshake not finished within {timeout:?}"),
                 ))
             }
         },
@@ -141,95 +233,107 @@ async fn handshake<T>(
     }
 }
 
-/// What a connection keeps from its accept to its end, past the handshake.
-struct Connection<'a> {
-    settings: &'a Settings,
+/// Wraps `tls`, whose handshake is done, and hands it to hyper with the service that marks
+/// the requests `early` counts and applies `too_early`; a plain fn, so that none of this
+/// stays in the task's future.
+fn wrap<'a, T, S>(
+    tls: T,
+    early: EarlyRequests,
+    too_early: &TooEarlyLayer,
+    config: FlushConfig,
+    service: S,
     builder: &'a auto::Builder<TokioExecutor>,
-    clock: Arc<ActivityClock>,
-    shutdown: Option<watch::Receiver<bool>>,
+) -> (HyperConnection<'a, T, S>, ConnectionStats)
+where
+    T: Transport + Send + 'static,
+    S: HttpService,
+{
+    let schedule_bodies = config.schedule_bodies;
+    let stream = FlushStream::new(tls, config);
+    let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
+    let stats = stream.stats();
+    tracing::debug!(
+        http2 = stream.is_http2(),
+        early = early.remaining(),
+        "wrapped"
+    );
+    // A 425 needs a body of the service's type: an empty one.
+    let or_empty: OrEmptyFn<S::ResBody> = |r| r.map(OrEmpty::new);
+    let service = tower::util::MapResponse::new(service, or_empty);
+    let service = Marked {
+        inner: tower::Layer::layer(too_early, service),
+        stats: stats.clone(),
+        early,
+    };
+    let service = TowerToHyperService::new(GatedService::new(service, gate));
+    (
+        builder.serve_connection(TokioIo::new(stream), service),
+        stats,
+    )
 }
 
-impl Connection<'_> {
-    /// Wraps `tls`, marks the requests `early` counts, applies `too_early`, and serves
-    /// hyper's connection until it ends.
-    async fn serve<T, S>(
-        self,
-        tls: T,
-        early: EarlyRequests,
-        too_early: TooEarlyLayer,
-        config: FlushConfig,
-        service: S,
-    ) -> io::Result<StatsSnapshot>
-    where
-        T: Transport + Send + 'static,
-        S: HttpService,
-    {
-        let Connection {
-            settings,
-            builder,
-            clock,
-            mut shutdown,
-        } = self;
-        let schedule_bodies = config.schedule_bodies;
-        let stream = FlushStream::new(tls, config);
-        let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
-        let stats: ConnectionStats = stream.stats();
-        tracing::debug!(
-            http2 = stream.is_http2(),
-            early = early.remaining(),
-            "wrapped"
-        );
-        let request_stats = stats.clone();
-        // A 425 needs a body of the service's type: an empty one.
-        let service =
-            tower::util::MapResponse::new(service, |r: Response<S::ResBody>| r.map(OrEmpty::new));
-        let service = tower::Layer::layer(&too_early, service);
-        let service = tower::util::MapRequest::new(service, move |mut req: Request<Incoming>| {
-            req.extensions_mut().insert(request_stats.clone());
-            early.mark(&mut req);
-            req
-        });
-        let service = GatedService::new(service, gate);
-        let conn =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
-        let mut conn = std::pin::pin!(conn);
-        let idle_timeout = settings.idle_timeout;
-        let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
-        let mut shutting_down = false;
-        let served = loop {
-            tokio::select! {
-                served = conn.as_mut() => break served,
-                () = idle.as_mut() => {
-                    if shutting_down {
-                        debug!(
-                            timeout = ?idle_timeout,
-                            "nothing moved while shutting down; dropping the connection"
-                        );
-                        return Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!("no byte moved for {idle_timeout:?} during a graceful shutdown"),
-                        ));
-                    }
-                    debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
-                    conn.as_mut().graceful_shutdown();
-                    shutting_down = true;
-                    clock.touch();
-                    idle.set(idle_for(&clock, idle_timeout));
-                }
-                () = shutdown_requested(&mut shutdown), if !shutting_down => {
-                    debug!("server shutting down; shutting the connection down gracefully");
-                    conn.as_mut().graceful_shutdown();
-                    shutting_down = true;
-                    clock.touch();
-                    idle.set(idle_for(&clock, idle_timeout));
-                }
-            }
-        };
-        if let Err(err) = served {
-            // The counters of a connection that failed are worth as much as a clean one's.
-            debug!(error = %err, counters = ?stats.snapshot(), "closed with an error");
-            return Err(io::Error::other(err));
-        }
-        Ok(stats.snapshot())
+/// `inner`, with the connection's [`ConnectionStats`] in every request's extensions, and
+/// [`EarlyData`](crate::EarlyData) in those that began in TLS 1.3 early data.
+#[derive(Debug, Clone)]
+struct Marked<S> {
+    inner: S,
+    stats: ConnectionStats,
+    early: EarlyRequests,
+}
+
+impl<S: tower::Service<Request<Incoming>>> tower::Service<Request<Incoming>> for Marked<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
     }
+
+    fn call(&mut self, mut req: Request<Incoming>) -> S::Future {
+        req.extensions_mut().insert(self.stats.clone());
+        self.early.mark(&mut req);
+        self.inner.call(req)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// hyper's connection over either handshake's stream: one type, so that the task's
+    /// future has one serving phase, the larger of the two.
+    #[project = ServingProj]
+    enum Serving<'a, S: HttpService> {
+        Rustls { #[pin] conn: HyperConnection<'a, RustlsIo, S> },
+        HalfRtt { #[pin] conn: HyperConnection<'a, HalfRttIo, S> },
+    }
+}
+
+impl<S: HttpService> Serving<'_, S> {
+    /// hyper's graceful shutdown (HTTP/2 `GOAWAY`, or the end of the HTTP/1.1 connection
+    /// after the request in flight).
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        match self.project() {
+            ServingProj::Rustls { conn } => conn.graceful_shutdown(),
+            ServingProj::HalfRtt { conn } => conn.graceful_shutdown(),
+        }
+    }
+}
+
+impl<S: HttpService> Future for Serving<'_, S> {
+    type Output = Result<(), BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            ServingProj::Rustls { conn } => conn.poll(cx),
+            ServingProj::HalfRtt { conn } => conn.poll(cx),
+        }
+    }
+}
+
+/// The size of hyper's connection over each handshake's stream, for the size test.
+#[cfg(test)]
+pub(super) fn hyper_connection_sizes<S: HttpService>() -> [usize; 2] {
+    [
+        std::mem::size_of::<HyperConnection<'static, RustlsIo, S>>(),
+        std::mem::size_of::<HyperConnection<'static, HalfRttIo, S>>(),
+    ]
 }
