@@ -432,9 +432,27 @@ impl StreamPriorities {
         }
     }
 
-    #[cfg(test)]
+    /// Streams whose request was seen and that are not closed.
     pub(crate) fn open_streams(&self) -> usize {
         self.open.len()
+    }
+
+    /// With no stream open (an idle connection): gives back the memory the table grew to
+    /// while streams were open. Updates for streams not open yet are kept.
+    pub(crate) fn release_idle(&mut self) {
+        if !self.open.is_empty() {
+            return;
+        }
+        self.open.shrink_to_fit();
+        if self.holds.is_empty() {
+            self.holds.shrink_to_fit();
+        }
+        if self.early_updates.is_empty() {
+            self.early_updates.shrink_to_fit();
+        }
+        if self.changes.ids.is_empty() {
+            self.changes.ids.shrink_to_fit();
+        }
     }
 
     #[cfg(test)]

@@ -304,6 +304,13 @@ impl Scheduler {
             return;
         }
         self.sync(priorities);
+        if self.epochs.is_empty() {
+            // Released while the connection was idle (see `release_idle`): the served epoch.
+            self.epochs.push_back(Epoch {
+                indexed: true,
+                ..Epoch::default()
+            });
+        }
         let epoch = self
             .epochs
             .back_mut()
@@ -338,6 +345,32 @@ impl Scheduler {
         if was_empty && epoch.indexed {
             epoch.reindex(id);
         }
+    }
+
+    /// Gives back the memory the queues grew to, once nothing is queued: the served epoch
+    /// (664 bytes, and the capacity of its queues and stream map), the spare stream queues
+    /// and the scratch list. For an idle connection; the next [`push`](Self::push)
+    /// allocates what it needs again. Nothing to do (and nothing done) while a unit is
+    /// queued.
+    pub(crate) fn release_idle(&mut self) {
+        if self.queued_units != 0 {
+            return;
+        }
+        if self.epochs.capacity() != 0 {
+            self.epochs = VecDeque::new();
+        }
+        self.fifo.shrink_to_fit();
+        self.spare = Vec::new();
+        self.changed = Vec::new();
+    }
+
+    /// True when the queues hold an allocation (see [`release_idle`](Self::release_idle)).
+    #[cfg(test)]
+    pub(crate) fn holds_memory(&self) -> bool {
+        self.epochs.capacity() != 0
+            || self.fifo.capacity() != 0
+            || self.spare.capacity() != 0
+            || self.changed.capacity() != 0
     }
 
     /// Applies the priority changes `priorities` lists to the served epoch's index.
@@ -656,6 +689,52 @@ mod tests {
         );
         assert_eq!(s.queued_bytes(), 0);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_idle_scheduler_gives_its_queues_back_and_queues_again() {
+        let mut p = priorities(&[(1, "u=3")]);
+        let mut s = queued(
+            Ordering::Rfc9218,
+            &mut p,
+            [
+                unit(frame::SETTINGS, 0, 0, 6),
+                unit(frame::HEADERS, 4, 1, 10),
+            ],
+        );
+        s.release_idle();
+        assert_ne!(
+            s.epochs.capacity(),
+            0,
+            "nothing is released while units are queued"
+        );
+        assert_eq!(
+            drain(&mut s, &mut p),
+            vec![(frame::SETTINGS, 0), (frame::HEADERS, 1)]
+        );
+        s.release_idle();
+        assert_eq!(s.epochs.capacity(), 0);
+        assert!(s.is_empty());
+        // The next unit finds a served epoch again, and barriers still order.
+        s.push(
+            unit(frame::HEADERS, 4, 1, 10).0,
+            unit(frame::HEADERS, 4, 1, 10).1,
+            &mut p,
+        );
+        s.push(
+            unit(frame::SETTINGS, 0, 0, 6).0,
+            unit(frame::SETTINGS, 0, 0, 6).1,
+            &mut p,
+        );
+        s.push(
+            unit(frame::DATA, 1, 1, 10).0,
+            unit(frame::DATA, 1, 1, 10).1,
+            &mut p,
+        );
+        assert_eq!(
+            drain(&mut s, &mut p),
+            vec![(frame::HEADERS, 1), (frame::SETTINGS, 0), (frame::DATA, 1)]
+        );
     }
 
     #[test]

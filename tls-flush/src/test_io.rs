@@ -122,3 +122,5 @@ impl AsyncWrite for LimitedSink {
         Poll::Ready(Ok(()))
     }
 }
+
+impl crate::Transport for LimitedSink {}

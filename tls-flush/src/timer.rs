@@ -44,6 +44,12 @@ impl Timer {
         }
     }
 
+    /// True while a sleep is allocated (armed, or fired and kept for reuse).
+    #[cfg(test)]
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.sleep.is_some()
+    }
+
     /// Drops the sleep (its allocation too).
     pub(crate) fn cancel(&mut self) {
         self.sleep = None;

@@ -46,6 +46,14 @@ impl Chunk {
         self.len = 0;
     }
 
+    /// Gives back the memory of an empty chunk (an idle connection's); no-op otherwise.
+    pub(super) fn release(&mut self) {
+        if self.is_empty() {
+            self.parts = Vec::new();
+            self.flat = Vec::new();
+        }
+    }
+
     /// Writes what is left of the chunk from byte `written` on, in one call.
     pub(super) fn poll_write_from<T: AsyncWrite + Unpin>(
         &mut self,

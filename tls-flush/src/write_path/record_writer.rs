@@ -225,6 +225,18 @@ impl RecordWriter {
         self.downstream
     }
 
+    /// On an idle connection (nothing queued, nothing waiting on a timer): gives back the
+    /// chunk's buffers and drops the pace timer, which may still be armed for a wait that
+    /// ended early (the first record's, when DATA came) and otherwise keeps its allocation
+    /// for good.
+    pub(super) fn release_idle(&mut self) {
+        if self.is_holding() || self.current.is_some() {
+            return;
+        }
+        self.chunk.release();
+        self.pace_timer.cancel();
+    }
+
     /// The record being built has had its one wait.
     fn mark_waited(&mut self) {
         if let State::Building { urgent, .. } = self.state {
@@ -287,6 +299,7 @@ impl WritePath {
         self.record_queue_size();
         if mode.flushes() {
             self.h2_batch = H2Batch::Over;
+            self.release_when_idle(priorities);
         }
         result
     }
@@ -352,6 +365,24 @@ impl WritePath {
                 }
             }
         }
+    }
+
+    /// At the end of h2's batch: once nothing is queued or held and no stream is open (an
+    /// idle connection, or one between pages), gives back what the queues, the record
+    /// writer and the priority table grew to, and drops the pace timer: an idle connection
+    /// holds no queue memory and no timer. Not while a stream is open: a busy connection's
+    /// queue empties between h2's batches, and would allocate its queues again each time.
+    fn release_when_idle(&mut self, priorities: &mut StreamPriorities) {
+        if self.queued_memory() != 0
+            || self.writer.is_holding()
+            || !self.assembler.is_idle()
+            || priorities.open_streams() != 0
+        {
+            return;
+        }
+        self.scheduler.release_idle();
+        self.writer.release_idle();
+        priorities.release_idle();
     }
 
     /// Passes a transport's `poll` on, noting whether it is blocked (`Pending`) or can take
@@ -882,4 +913,60 @@ fn is_bulk_urgency(config: &FlushConfig, urgency: u8) -> bool {
     config
         .urgent_cut
         .is_none_or(|cut| urgency > cut.max_urgency)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::ConnectionStats;
+    use crate::test_io::LimitedSink;
+
+    /// A server's first SETTINGS frame (one setting).
+    const SETTINGS: [u8; 15] = [0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 100];
+
+    fn flush(
+        w: &mut WritePath,
+        io: &mut LimitedSink,
+        config: &FlushConfig,
+        p: &mut StreamPriorities,
+    ) -> Poll<io::Result<()>> {
+        let waker = std::task::Waker::noop();
+        w.drive(&mut Context::from_waker(waker), io, config, p, Drive::Flush)
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_keeps_no_timer_and_no_queue_memory() {
+        let config = FlushConfig::default();
+        let stats = ConnectionStats::default();
+        let mut w = WritePath::new(&config, stats.clone());
+        let mut p = StreamPriorities::new(8, 100, None, stats);
+        let mut io = LimitedSink::default();
+        assert_eq!(w.absorb(&SETTINGS, &config, &mut p), SETTINGS.len());
+        assert!(flush(&mut w, &mut io, &config, &mut p).is_ready());
+        // The first record waits for DATA on the pace timer (FIRST_FLIGHT_WAIT).
+        assert!(io.out.is_empty());
+        assert!(w.writer.pace_timer.is_allocated());
+        tokio::time::sleep(FIRST_FLIGHT_WAIT * 2).await;
+        assert!(flush(&mut w, &mut io, &config, &mut p).is_ready());
+        assert_eq!(
+            io.out.len(),
+            SETTINGS.len() + 6,
+            "SETTINGS with one setting more"
+        );
+        assert_eq!(w.queued_memory(), 0);
+        assert!(
+            !w.writer.pace_timer.is_allocated(),
+            "no timer on an idle connection"
+        );
+        assert_eq!(w.scheduler.queued_units(), 0);
+        assert!(!w.scheduler.holds_memory(), "the queues were given back");
+        // And the next response is queued and written as before.
+        let headers = [0, 0, 1, 1, 5, 0, 0, 0, 1, 0x88];
+        p.open_request(1, tower_priority::Priority::default());
+        assert_eq!(w.absorb(&headers, &config, &mut p), headers.len());
+        // (The first flush lets the short record wait one turn for more frames: cork.)
+        assert!(flush(&mut w, &mut io, &config, &mut p).is_ready());
+        assert!(flush(&mut w, &mut io, &config, &mut p).is_ready());
+        assert!(io.out.ends_with(&headers));
+    }
 }
