@@ -306,6 +306,7 @@ impl Scheduler {
         self.sync(priorities);
         if self.epochs.is_empty() {
             // Released while the connection was idle (see `release_idle`): the served epoch.
+            self.epochs.reserve_exact(1);
             self.epochs.push_back(Epoch {
                 indexed: true,
                 ..Epoch::default()
@@ -317,6 +318,9 @@ impl Scheduler {
             .expect("there is always an open epoch");
         if header.kind == frame::SETTINGS {
             epoch.barrier = Some(unit);
+            // One epoch more, not the four a growing deque takes (2.6 KiB; barriers are
+            // rare, and the room is given back once the barrier leaves).
+            self.epochs.reserve_exact(1);
             self.epochs.push_back(Epoch::default());
             return;
         }
@@ -702,6 +706,9 @@ mod tests {
                 unit(frame::HEADERS, 4, 1, 10),
             ],
         );
+        // Room for the served epoch and the one after the barrier, not the four a
+        // growing deque would take.
+        assert_eq!(s.epochs.capacity(), 2);
         s.release_idle();
         assert_ne!(
             s.epochs.capacity(),
