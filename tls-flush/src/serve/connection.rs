@@ -57,10 +57,11 @@ impl Handshaker {
 }
 
 /// What a connection starts from: the accepted socket and what its handshake and wrapper
-/// need. Boxed, and consumed by [`open`] (boxed too), so that the task's future keeps
-/// neither these nor the handshake's state while the connection lives: rustc keeps an async
-/// fn's arguments, and every local that was borrowed before an await, for the whole
-/// function, and an idle connection's task was 10.6 KiB, 4.4 of them hyper's connection.
+/// need. Boxed, and consumed by [`open`], so that the task's future keeps neither these nor
+/// the handshake's state while the connection lives: rustc keeps an async fn's arguments,
+/// and every local that was borrowed before an await, for the whole function, and an idle
+/// connection's task was 10.6 KiB, 4.4 of them hyper's connection. (`open`'s own state
+/// needs no box: rustc lays it over the serving phase's, which it never lives with.)
 pub(super) struct Start<S> {
     pub(super) tcp: TcpStream,
     pub(super) handshaker: Handshaker,
@@ -110,7 +111,7 @@ pub(super) async fn run_connection<S: HttpService>(
         clock,
         stats,
         mut shutdown,
-    } = Box::pin(open(start, builder)).await?;
+    } = open(start, builder).await?;
     let mut conn = std::pin::pin!(conn);
     let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
     let mut shutting_down = false;
@@ -173,7 +174,8 @@ async fn open<S: HttpService>(
     };
     let (conn, stats) = match handshaker {
         Handshaker::Rustls(acceptor) => {
-            let tls = handshake(handshake_timeout, &mut shutdown, acceptor.accept(io)).await?;
+            let accept = std::pin::pin!(acceptor.accept(io));
+            let tls = handshake(handshake_timeout, &mut shutdown, accept).await?;
             // Early data first (rustls keeps it aside; without this a client whose 0-RTT the
             // server accepted would never be answered), then the wrapper.
             let tls = EarlyDataStream::new(tls);
@@ -183,7 +185,8 @@ async fn open<S: HttpService>(
             (Serving::Rustls { conn }, stats)
         }
         Handshaker::HalfRtt(acceptor, too_early) => {
-            let tls = handshake(handshake_timeout, &mut shutdown, acceptor.accept(io)).await?;
+            let accept = std::pin::pin!(acceptor.accept(io));
+            let tls = handshake(handshake_timeout, &mut shutdown, accept).await?;
             debug!(
                 half_rtt = tls.is_half_rtt(),
                 "handshake done or early data accepted"
@@ -201,7 +204,10 @@ async fn open<S: HttpService>(
     })
 }
 
-/// `accept` within `timeout`, unless the server shuts down first.
+/// `accept` within `timeout`, unless the server shuts down first. `accept` is best pinned
+/// by the caller and passed as `Pin<&mut _>`: an async fn keeps its arguments for its
+/// whole life, so a future passed by value would take its room twice (once as the
+/// argument, once inside the timeout).
 async fn handshake<T>(
     timeout: Duration,
     shutdown: &mut Option<watch::Receiver<bool>>,
