@@ -219,9 +219,108 @@ impl Epoch {
     }
 }
 
-/// The frame queues of one connection.
+/// The frame queues of one connection, allocated by the first push and given back whole
+/// once nothing is queued on an idle connection ([`release_idle`](Self::release_idle)):
+/// an idle connection keeps 16 bytes of them instead of 256 plus the served epoch (664).
 #[derive(Debug)]
 pub(crate) struct Scheduler {
+    ordering: Ordering,
+    queues: Option<Box<Queues>>,
+}
+
+impl Scheduler {
+    pub(crate) fn new(ordering: Ordering) -> Self {
+        Scheduler {
+            ordering,
+            queues: None,
+        }
+    }
+
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.queues.as_ref().map_or(0, |q| q.queued_bytes)
+    }
+
+    /// Units queued (frames, header blocks).
+    pub(crate) fn queued_units(&self) -> usize {
+        self.queues.as_ref().map_or(0, |q| q.queued_units)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queues.as_ref().is_none_or(|q| q.is_empty())
+    }
+
+    /// Queues a unit h2 wrote, at the priority `priorities` gives its stream now.
+    pub(crate) fn push(
+        &mut self,
+        header: FrameHeader,
+        bytes: Bytes,
+        priorities: &mut StreamPriorities,
+    ) {
+        let ordering = self.ordering;
+        self.queues
+            .get_or_insert_with(|| Box::new(Queues::new(ordering)))
+            .push(header, bytes, priorities);
+    }
+
+    /// Gives the queues back (the served epoch, the queues' and the stream map's
+    /// capacity, the spare stream queues, the round-robin cursors and urgency shares,
+    /// which start afresh as on a new connection) once nothing is queued; for an idle
+    /// connection. The next [`push`](Self::push) allocates them again.
+    pub(crate) fn release_idle(&mut self) {
+        if self.queued_units() == 0 {
+            self.queues = None;
+        }
+    }
+
+    /// True while the queues are allocated (see [`release_idle`](Self::release_idle)).
+    #[cfg(test)]
+    pub(crate) fn holds_memory(&self) -> bool {
+        self.queues.is_some()
+    }
+
+    /// True when a DATA frame of `stream_id` is queued where it can go next (at the head of
+    /// its stream in the oldest epoch, or anywhere in the in-order queue).
+    pub(crate) fn has_data_ready(&self, stream_id: u32) -> bool {
+        self.queues
+            .as_ref()
+            .is_some_and(|q| q.has_data_ready(stream_id))
+    }
+
+    /// The least urgent priority among queued DATA (for admission); `None` in order, where
+    /// nothing is admitted ahead of the queue.
+    pub(crate) fn least_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        self.queues.as_mut()?.least_urgent_queued(priorities)
+    }
+
+    /// The most urgent priority among queued DATA (for admission); `None` in order.
+    pub(crate) fn most_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        self.queues.as_mut()?.most_urgent_queued(priorities)
+    }
+
+    /// Takes the next unit to put on the wire.
+    pub(crate) fn pop(
+        &mut self,
+        priorities: &mut StreamPriorities,
+    ) -> Option<(QueuedFrame, Popped)> {
+        self.queues.as_mut()?.pop(priorities)
+    }
+
+    /// The stream of the unit `pop` would return next (0 for a connection frame); `None`
+    /// when nothing can go next.
+    pub(crate) fn next_stream_id(&mut self, priorities: &mut StreamPriorities) -> Option<u32> {
+        self.queues.as_mut()?.next_stream_id(priorities)
+    }
+
+    /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
+    pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+        self.queues.as_mut()?.next_data_urgency(priorities)
+    }
+}
+
+/// The frame queues of one connection, once allocated (see [`Scheduler`]).
+#[derive(Debug)]
+struct Queues {
     ordering: Ordering,
     fifo: VecDeque<QueuedFrame>,
     epochs: VecDeque<Epoch>,
@@ -242,15 +341,13 @@ pub(crate) struct Scheduler {
 /// Emptied stream queues kept for reuse, at most.
 const SPARE_QUEUES: usize = 16;
 
-impl Scheduler {
-    pub(crate) fn new(ordering: Ordering) -> Self {
-        Scheduler {
+impl Queues {
+    fn new(ordering: Ordering) -> Self {
+        Queues {
             ordering,
             fifo: VecDeque::new(),
-            epochs: VecDeque::from([Epoch {
-                indexed: true,
-                ..Epoch::default()
-            }]),
+            // The served epoch is allocated by the first push.
+            epochs: VecDeque::new(),
             round_robin: [0; 8],
             shares: UrgencyShares::default(),
             queued_bytes: 0,
@@ -261,17 +358,8 @@ impl Scheduler {
         }
     }
 
-    pub(crate) fn queued_bytes(&self) -> usize {
-        self.queued_bytes
-    }
-
-    /// Units queued (frames, header blocks).
-    pub(crate) fn queued_units(&self) -> usize {
-        self.queued_units
-    }
-
     #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
+    fn is_empty(&self) -> bool {
         self.queued_bytes == 0
             && self.queued_units == 0
             && self.fifo.is_empty()
@@ -282,12 +370,7 @@ impl Scheduler {
     }
 
     /// Queues a unit h2 wrote, at the priority `priorities` gives its stream now.
-    pub(crate) fn push(
-        &mut self,
-        header: FrameHeader,
-        bytes: Bytes,
-        priorities: &mut StreamPriorities,
-    ) {
+    fn push(&mut self, header: FrameHeader, bytes: Bytes, priorities: &mut StreamPriorities) {
         let seq = self.next_seq;
         self.next_seq += 1;
         self.queued_bytes += bytes.len();
@@ -305,7 +388,7 @@ impl Scheduler {
         }
         self.sync(priorities);
         if self.epochs.is_empty() {
-            // Released while the connection was idle (see `release_idle`): the served epoch.
+            // The first push: the served epoch.
             self.epochs.reserve_exact(1);
             self.epochs.push_back(Epoch {
                 indexed: true,
@@ -351,32 +434,6 @@ impl Scheduler {
         }
     }
 
-    /// Gives back the memory the queues grew to, once nothing is queued: the served epoch
-    /// (664 bytes, and the capacity of its queues and stream map), the spare stream queues
-    /// and the scratch list. For an idle connection; the next [`push`](Self::push)
-    /// allocates what it needs again. Nothing to do (and nothing done) while a unit is
-    /// queued.
-    pub(crate) fn release_idle(&mut self) {
-        if self.queued_units != 0 {
-            return;
-        }
-        if self.epochs.capacity() != 0 {
-            self.epochs = VecDeque::new();
-        }
-        self.fifo.shrink_to_fit();
-        self.spare = Vec::new();
-        self.changed = Vec::new();
-    }
-
-    /// True when the queues hold an allocation (see [`release_idle`](Self::release_idle)).
-    #[cfg(test)]
-    pub(crate) fn holds_memory(&self) -> bool {
-        self.epochs.capacity() != 0
-            || self.fifo.capacity() != 0
-            || self.spare.capacity() != 0
-            || self.changed.capacity() != 0
-    }
-
     /// Applies the priority changes `priorities` lists to the served epoch's index.
     fn sync(&mut self, priorities: &mut StreamPriorities) {
         let mut changed = std::mem::take(&mut self.changed);
@@ -395,7 +452,7 @@ impl Scheduler {
 
     /// True when a DATA frame of `stream_id` is queued where it can go next (at the head of
     /// its stream in the oldest epoch, or anywhere in the in-order queue).
-    pub(crate) fn has_data_ready(&self, stream_id: u32) -> bool {
+    fn has_data_ready(&self, stream_id: u32) -> bool {
         match self.ordering {
             Ordering::InOrder => self
                 .fifo
@@ -412,7 +469,7 @@ impl Scheduler {
 
     /// The least urgent priority among queued DATA (for admission); `None` in order, where
     /// nothing is admitted ahead of the queue.
-    pub(crate) fn least_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+    fn least_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
         if self.ordering == Ordering::InOrder {
             return None;
         }
@@ -425,7 +482,7 @@ impl Scheduler {
     }
 
     /// The most urgent priority among queued DATA (for admission); `None` in order.
-    pub(crate) fn most_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+    fn most_urgent_queued(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
         if self.ordering == Ordering::InOrder {
             return None;
         }
@@ -438,10 +495,7 @@ impl Scheduler {
     }
 
     /// Takes the next unit to put on the wire.
-    pub(crate) fn pop(
-        &mut self,
-        priorities: &mut StreamPriorities,
-    ) -> Option<(QueuedFrame, Popped)> {
+    fn pop(&mut self, priorities: &mut StreamPriorities) -> Option<(QueuedFrame, Popped)> {
         let popped = match self.ordering {
             Ordering::InOrder => self
                 .fifo
@@ -521,7 +575,7 @@ impl Scheduler {
 
     /// The stream of the unit `pop` would return next (0 for a connection frame); `None`
     /// when nothing can go next.
-    pub(crate) fn next_stream_id(&mut self, priorities: &mut StreamPriorities) -> Option<u32> {
+    fn next_stream_id(&mut self, priorities: &mut StreamPriorities) -> Option<u32> {
         match self.ordering {
             Ordering::InOrder => self.fifo.front().map(|f| f.header.stream_id),
             Ordering::Rfc9218 => {
@@ -540,7 +594,7 @@ impl Scheduler {
     }
 
     /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
-    pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
+    fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
         let id = self.next_stream_id(priorities)?;
         match self.ordering {
             Ordering::InOrder => {
@@ -708,10 +762,10 @@ mod tests {
         );
         // Room for the served epoch and the one after the barrier, not the four a
         // growing deque would take.
-        assert_eq!(s.epochs.capacity(), 2);
+        assert_eq!(s.queues.as_ref().map(|q| q.epochs.capacity()), Some(2));
         s.release_idle();
         assert_ne!(
-            s.epochs.capacity(),
+            s.queues.as_ref().map_or(0, |q| q.epochs.capacity()),
             0,
             "nothing is released while units are queued"
         );
@@ -720,7 +774,7 @@ mod tests {
             vec![(frame::SETTINGS, 0), (frame::HEADERS, 1)]
         );
         s.release_idle();
-        assert_eq!(s.epochs.capacity(), 0);
+        assert!(!s.holds_memory());
         assert!(s.is_empty());
         // The next unit finds a served epoch again, and barriers still order.
         s.push(
