@@ -274,8 +274,7 @@ impl Scheduler {
     }
 
     /// True while the queues are allocated (see [`release_idle`](Self::release_idle)).
-    #[cfg(test)]
-    pub(crate) fn holds_memory(&self) -> bool {
+    pub(crate) fn is_allocated(&self) -> bool {
         self.queues.is_some()
     }
 
@@ -774,7 +773,7 @@ mod tests {
             vec![(frame::SETTINGS, 0), (frame::HEADERS, 1)]
         );
         s.release_idle();
-        assert!(!s.holds_memory());
+        assert!(!s.is_allocated());
         assert!(s.is_empty());
         // The next unit finds a served epoch again, and barriers still order.
         s.push(

@@ -45,7 +45,6 @@ impl Timer {
     }
 
     /// True while a sleep is allocated (armed, or fired and kept for reuse).
-    #[cfg(test)]
     pub(crate) fn is_allocated(&self) -> bool {
         self.sleep.is_some()
     }

@@ -46,6 +46,11 @@ impl Chunk {
         self.len = 0;
     }
 
+    /// True while the chunk's buffers are allocated.
+    pub(super) fn holds_memory(&self) -> bool {
+        self.parts.capacity() != 0 || self.flat.capacity() != 0
+    }
+
     /// Gives back the memory of an empty chunk (an idle connection's); no-op otherwise.
     pub(super) fn release(&mut self) {
         if self.is_empty() {

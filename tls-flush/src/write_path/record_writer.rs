@@ -229,6 +229,11 @@ impl RecordWriter {
     /// chunk's buffers and drops the pace timer, which may still be armed for a wait that
     /// ended early (the first record's, when DATA came) and otherwise keeps its allocation
     /// for good.
+    /// True while the chunk's buffers or the pace timer hold memory.
+    pub(super) fn holds_memory(&self) -> bool {
+        self.chunk.holds_memory() || self.pace_timer.is_allocated()
+    }
+
     pub(super) fn release_idle(&mut self) {
         if self.is_holding() || self.current.is_some() {
             return;
@@ -370,13 +375,17 @@ impl WritePath {
     /// At the end of h2's batch: once nothing is queued or held and no stream is open (an
     /// idle connection, or one between pages), gives back what the queues, the record
     /// writer and the priority table grew to, and drops the pace timer: an idle connection
-    /// holds no queue memory and no timer. Not while a stream is open: a busy connection's
-    /// queue empties between h2's batches, and would allocate its queues again each time.
+    /// holds no queue memory and no timer. Not while a stream is open, and at a limited
+    /// rate ([`Releases`](super::Releases)): a busy connection's queue empties between
+    /// h2's batches and after each burst of responses, and would allocate its queues again
+    /// each time.
     fn release_when_idle(&mut self, priorities: &mut StreamPriorities) {
         if self.queued_memory() != 0
             || self.writer.is_holding()
             || !self.assembler.is_idle()
             || priorities.open_streams() != 0
+            || !(self.scheduler.is_allocated() || self.writer.holds_memory())
+            || !self.releases.take(crate::clock::now())
         {
             return;
         }
@@ -959,7 +968,7 @@ mod tests {
             "no timer on an idle connection"
         );
         assert_eq!(w.scheduler.queued_units(), 0);
-        assert!(!w.scheduler.holds_memory(), "the queues were given back");
+        assert!(!w.scheduler.is_allocated(), "the queues were given back");
         // And the next response is queued and written as before.
         let headers = [0, 0, 1, 1, 5, 0, 0, 0, 1, 0x88];
         p.open_request(1, tower_priority::Priority::default());
