@@ -206,21 +206,7 @@ pub async fn serve_connection<S: HttpService>(
     config: FlushConfig,
     service: S,
 ) -> io::Result<StatsSnapshot> {
-    let settings = Settings::default();
-    let builder = http_builder(&settings, &config);
-    let peer = tcp.peer_addr().ok();
-    let start = Box::new(Start {
-        tcp,
-        handshaker: Handshaker::Rustls(acceptor),
-        config,
-        service,
-        handshake_timeout: settings.handshake_timeout,
-        shutdown: None,
-    });
-    logged(peer, || {
-        run_connection(start, settings.idle_timeout, &builder)
-    })
-    .await
+    serve_one(tcp, Handshaker::Rustls(acceptor), config, service).await
 }
 
 /// [`serve_connection`] with 0.5-RTT early data: requests that arrive as TLS 1.3 early data
@@ -246,12 +232,23 @@ pub async fn serve_half_rtt_connection<S: HttpService>(
     config: FlushConfig,
     service: S,
 ) -> io::Result<StatsSnapshot> {
+    let handshaker = Handshaker::HalfRtt(acceptor, TooEarlyLayer::default());
+    serve_one(tcp, handshaker, config, service).await
+}
+
+/// One connection with [`Serve`]'s default settings, outside a server's accept loop.
+async fn serve_one<S: HttpService>(
+    tcp: TcpStream,
+    handshaker: Handshaker,
+    config: FlushConfig,
+    service: S,
+) -> io::Result<StatsSnapshot> {
     let settings = Settings::default();
     let builder = http_builder(&settings, &config);
     let peer = tcp.peer_addr().ok();
     let start = Box::new(Start {
         tcp,
-        handshaker: Handshaker::HalfRtt(acceptor, TooEarlyLayer::default()),
+        handshaker,
         config,
         service,
         handshake_timeout: settings.handshake_timeout,
