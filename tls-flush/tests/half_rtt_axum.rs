@@ -68,8 +68,21 @@ async fn listener_answers_early_gets_at_half_rtt_and_refuses_early_posts() {
     tokio::spawn(axum::serve(listener, HalfRttMakeService::new(app)).into_future());
     get_tickets(&client, addr).await;
 
-    // The GET is answered while the client holds its Finished back.
-    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("GET", "/get")).await;
+    // After the handshake the same connection goes on; `ConnectInfo<ConnectionInfo>`
+    // works on this listener.
+    early_get_answered_then(&client, addr, "/peer", "peer=127.0.0.1").await;
+    early_post_refused(&client, addr, &seen).await;
+}
+
+/// An early GET is answered while the client holds its Finished back and carries
+/// `EarlyData`; after the handshake the connection serves `then` with `body`.
+async fn early_get_answered_then(
+    client: &Arc<rustls::ClientConfig>,
+    addr: SocketAddr,
+    then: &str,
+    body: &str,
+) {
+    let (mut raw, _) = RawClient::connect_early(client, addr, &request("GET", "/get")).await;
     assert_eq!(
         raw.read_response(TIMEOUT).await,
         Some(("HTTP/1.1 200 OK".to_owned(), "early=true".to_owned()))
@@ -78,18 +91,19 @@ async fn listener_answers_early_gets_at_half_rtt_and_refuses_early_posts() {
         raw.conn.wants_write(),
         "the client has not sent its Finished"
     );
-    // After the handshake, the same connection goes on; `ConnectInfo<ConnectionInfo>`
-    // works on this listener.
-    raw.send(&request("GET", "/peer")).await;
+    raw.send(&request("GET", then)).await;
     raw.plaintext.clear();
     assert_eq!(
         raw.read_response(TIMEOUT).await,
-        Some(("HTTP/1.1 200 OK".to_owned(), "peer=127.0.0.1".to_owned()))
+        Some(("HTTP/1.1 200 OK".to_owned(), body.to_owned()))
     );
     assert!(raw.conn.is_early_data_accepted());
+}
 
-    // The POST: 425 before the Finished, and its handler never ran.
-    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("POST", "/post")).await;
+/// An early POST gets 425 before the client's Finished, and its handler never runs (after
+/// [`early_get_answered_then`]: one GET before the tickets, one early).
+async fn early_post_refused(client: &Arc<rustls::ClientConfig>, addr: SocketAddr, seen: &Seen) {
+    let (mut raw, _) = RawClient::connect_early(client, addr, &request("POST", "/post")).await;
     let (status, _) = raw.read_response(TIMEOUT).await.unwrap();
     assert_eq!(status, "HTTP/1.1 425 Too Early");
     assert!(
@@ -175,32 +189,7 @@ async fn acceptor_answers_early_gets_at_half_rtt_and_refuses_early_posts() {
         .serve(app.into_make_service());
     tokio::spawn(server);
     get_tickets(&client, addr).await;
-
-    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("GET", "/get")).await;
-    assert_eq!(
-        raw.read_response(TIMEOUT).await,
-        Some(("HTTP/1.1 200 OK".to_owned(), "early=true".to_owned()))
-    );
-    assert!(
-        raw.conn.wants_write(),
-        "the client has not sent its Finished"
-    );
     // The connection is a `FlushStream`: its counters reach the handlers.
-    raw.send(&request("GET", "/stats")).await;
-    raw.plaintext.clear();
-    assert_eq!(
-        raw.read_response(TIMEOUT).await,
-        Some(("HTTP/1.1 200 OK".to_owned(), "read=true".to_owned()))
-    );
-
-    let (mut raw, _) = RawClient::connect_early(&client, addr, &request("POST", "/post")).await;
-    let (status, _) = raw.read_response(TIMEOUT).await.unwrap();
-    assert_eq!(status, "HTTP/1.1 425 Too Early");
-    assert!(
-        raw.conn.wants_write(),
-        "the client has not sent its Finished"
-    );
-    raw.send(b"").await;
-    assert_eq!(seen.posts.load(Ordering::SeqCst), 0);
-    assert_eq!(*seen.gets.lock().unwrap(), vec![false, true]);
+    early_get_answered_then(&client, addr, "/stats", "read=true").await;
+    early_post_refused(&client, addr, &seen).await;
 }
