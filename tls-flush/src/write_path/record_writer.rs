@@ -225,15 +225,15 @@ impl RecordWriter {
         self.downstream
     }
 
-    /// On an idle connection (nothing queued, nothing waiting on a timer): gives back the
-    /// chunk's buffers and drops the pace timer, which may still be armed for a wait that
-    /// ended early (the first record's, when DATA came) and otherwise keeps its allocation
-    /// for good.
     /// True while the chunk's buffers or the pace timer hold memory.
     pub(super) fn holds_memory(&self) -> bool {
         self.chunk.holds_memory() || self.pace_timer.is_allocated()
     }
 
+    /// On an idle connection (nothing queued, nothing waiting on a timer): gives back the
+    /// chunk's buffers and drops the pace timer, which may still be armed for a wait that
+    /// ended early (the first record's, when DATA came) and otherwise keeps its allocation
+    /// for good.
     pub(super) fn release_idle(&mut self) {
         if self.is_holding() || self.current.is_some() {
             return;
