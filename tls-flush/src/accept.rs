@@ -7,11 +7,29 @@
 //! so that a full file table is not retried in a busy loop; the backoff resets at the first
 //! successful accept.
 
+use std::future::Future;
 use std::io;
 use std::time::Duration;
 
 /// The default bound on a TLS handshake.
 pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `handshake`, or a `TimedOut` error once `timeout` has passed: the bound every accept
+/// path ([`serve`](fn@crate::serve), [`FlushListener`](crate::FlushListener), the 0.5-RTT
+/// acceptor for axum-server) puts on a TLS handshake.
+pub(crate) async fn handshake_within<T>(
+    timeout: Duration,
+    handshake: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    tokio::time::timeout(timeout, handshake)
+        .await
+        .unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("TLS handshake not finished within {timeout:?}"),
+            ))
+        })
+}
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 

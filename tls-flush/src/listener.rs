@@ -39,7 +39,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
-use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
+use crate::accept::{classify, handshake_within, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::config::FlushConfig;
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
@@ -252,16 +252,8 @@ impl<A: ListenerTls> FlushListener<A> {
         }
         let handshake = self.acceptor.handshake(tcp);
         let timeout = self.handshake_timeout;
-        self.pending.spawn(async move {
-            let result = match tokio::time::timeout(timeout, handshake).await {
-                Ok(result) => result,
-                Err(_) => Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("TLS handshake not finished within {timeout:?}"),
-                )),
-            };
-            (peer, result)
-        });
+        self.pending
+            .spawn(async move { (peer, handshake_within(timeout, handshake).await) });
     }
 
     fn finished(

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::warn;
 
 use super::FlushAcceptor;
-use crate::accept::DEFAULT_HANDSHAKE_TIMEOUT;
+use crate::accept::{handshake_within, DEFAULT_HANDSHAKE_TIMEOUT};
 use crate::config::FlushConfig;
 use crate::early_data::{MarkEarly, TooEarlyLayer};
 use crate::half_rtt::{EarlyDataRefusal, HalfRttAcceptor, HalfRttStream};
@@ -135,15 +135,7 @@ where
         let accept = self.acceptor.accept(stream);
         let (timeout, too_early) = (self.handshake_timeout, self.too_early.clone());
         Box::pin(async move {
-            let tls = match tokio::time::timeout(timeout, accept).await {
-                Ok(tls) => tls?,
-                Err(_) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("TLS handshake not finished within {timeout:?}"),
-                    ))
-                }
-            };
+            let tls = handshake_within(timeout, accept).await?;
             tracing::debug!(
                 half_rtt = tls.is_half_rtt(),
                 "handshake done or early data accepted"

@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
 use super::{idle_for, shutdown_requested, ActivityClock, BoxError, HttpService, Tracked};
+use crate::accept::handshake_within;
 use crate::body_gate::{BodyGate, GatedService};
 use crate::config::FlushConfig;
 use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarly, TooEarlyLayer};
@@ -213,22 +214,10 @@ async fn handshake<T>(
     shutdown: &mut Option<watch::Receiver<bool>>,
     accept: impl Future<Output = io::Result<T>>,
 ) -> io::Result<T> {
-    let handshake = tokio::time::timeout(timeout, accept);
     tokio::select! {
-        handshake = handshake => match handshake {
-            Ok(Ok(tls)) => Ok(tls),
-            Ok(Err(err)) => {
-                debug!(error = %err, "TLS handshake failed; dropping the connection");
-                Err(err)
-            }
-            Err(_) => {
-                debug!(?timeout, "TLS handshake timed out; dropping the connection");
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("TLS handshake not finished within {timeout:?}"),
-                ))
-            }
-        },
+        handshake = handshake_within(timeout, accept) => handshake.inspect_err(|err| {
+            debug!(error = %err, "TLS handshake failed or timed out; dropping the connection");
+        }),
         () = shutdown_requested(shutdown) => {
             debug!("server shutting down; dropping a connection in its TLS handshake");
             Err(io::Error::new(
