@@ -143,9 +143,31 @@ impl FlushListener {
     /// # Ok(())
     /// # }
     /// ```
+    ///
+    /// tokio-rustls reads no early data on the server side: a configuration that accepts
+    /// it (`max_early_data_size` above 0) would lose the requests clients send as early
+    /// data. This listener serves a copy of the configuration that accepts none (clients
+    /// send those requests after the handshake) and logs a warning; accept early data with
+    /// [`FlushListener::half_rtt`].
     pub fn new(tcp: TcpListener, acceptor: TlsAcceptor, config: FlushConfig) -> Self {
-        Self::with_acceptor(tcp, acceptor, config)
+        Self::with_acceptor(tcp, without_early_data(acceptor), config)
     }
+}
+
+/// `acceptor`, or where its configuration accepts early data, one whose copy accepts none.
+fn without_early_data(acceptor: TlsAcceptor) -> TlsAcceptor {
+    let tls = acceptor.config();
+    if tls.max_early_data_size == 0 {
+        return acceptor;
+    }
+    warn!(
+        target: "tls_flush::listener",
+        max_early_data_size = tls.max_early_data_size,
+        "early data refused: tokio-rustls' handshake would drop it (FlushListener::half_rtt accepts it)"
+    );
+    let mut tls = rustls::ServerConfig::clone(tls);
+    tls.max_early_data_size = 0;
+    TlsAcceptor::from(std::sync::Arc::new(tls))
 }
 
 impl<A: ListenerTls> FlushListener<A> {

@@ -152,20 +152,25 @@ async fn listener_without_make_service_reads_early_data_after_the_handshake() {
     assert_eq!(seen.posts.load(Ordering::SeqCst), 1);
 }
 
+/// Also where the configuration given to the plain listener accepts early data: tokio-rustls
+/// would accept it and drop it, losing the request.
 #[tokio::test]
 async fn listener_without_opt_in_offers_no_early_data() {
-    let (server_config, client) = tls();
-    let client = Arc::new(client);
-    let (addr, ListenerKind::Plain(listener)) = listener(server_config, false).await else {
-        unreachable!()
-    };
-    let seen = Arc::new(Seen::default());
-    tokio::spawn(axum::serve(listener, app(&seen)).into_future());
-    get_tickets(&client, addr).await;
-    // The client resumes, but its ticket allows no early data (rustls' default server).
-    let mut conn = ClientConnection::new(client, localhost()).unwrap();
-    assert!(conn.early_data().is_none());
-    assert_eq!(*seen.gets.lock().unwrap(), vec![false]);
+    for max_early_data_size in [0, EARLY] {
+        let (mut server_config, client) = tls();
+        server_config.max_early_data_size = max_early_data_size;
+        let client = Arc::new(client);
+        let (addr, ListenerKind::Plain(listener)) = listener(server_config, false).await else {
+            unreachable!()
+        };
+        let seen = Arc::new(Seen::default());
+        tokio::spawn(axum::serve(listener, app(&seen)).into_future());
+        get_tickets(&client, addr).await;
+        // The client resumes, but its ticket allows no early data.
+        let mut conn = ClientConnection::new(client, localhost()).unwrap();
+        assert!(conn.early_data().is_none(), "{max_early_data_size}");
+        assert_eq!(*seen.gets.lock().unwrap(), vec![false]);
+    }
 }
 
 #[tokio::test]
