@@ -373,6 +373,10 @@ impl<T: Transport> Transport for EarlyDataStream<T> {
         self.inner.has_buffered_output()
     }
 
+    fn seal_record_ahead(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.inner.seal_record_ahead(bufs)
+    }
+
     fn alpn_protocol(&self) -> Option<&[u8]> {
         Transport::alpn_protocol(&self.inner)
     }

@@ -16,11 +16,16 @@ pub(crate) struct LimitedSink {
     limits: Vec<usize>,
     next: usize,
     max: usize,
-    vectored: bool,
+    pub(crate) vectored: bool,
     /// Every byte taken, in order.
     pub(crate) out: Vec<u8>,
     /// The bytes each write took.
     pub(crate) writes: Vec<usize>,
+    /// At most this many bytes are kept by each [`seal_record_ahead`](crate::Transport::seal_record_ahead)
+    /// (0: it keeps nothing, as a transport without records).
+    pub(crate) keeps_ahead: usize,
+    /// The bytes each `seal_record_ahead` kept.
+    pub(crate) kept: Vec<usize>,
 }
 
 impl Default for LimitedSink {
@@ -32,6 +37,8 @@ impl Default for LimitedSink {
             vectored: false,
             out: Vec::new(),
             writes: Vec::new(),
+            keeps_ahead: 0,
+            kept: Vec::new(),
         }
     }
 }
@@ -123,4 +130,18 @@ impl AsyncWrite for LimitedSink {
     }
 }
 
-impl crate::Transport for LimitedSink {}
+impl crate::Transport for LimitedSink {
+    fn seal_record_ahead(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let mut left = self.keeps_ahead;
+        for buf in bufs {
+            let n = buf.len().min(left);
+            self.out.extend_from_slice(&buf[..n]);
+            left -= n;
+        }
+        let kept = self.keeps_ahead - left;
+        if kept != 0 {
+            self.kept.push(kept);
+        }
+        Ok(kept)
+    }
+}

@@ -20,6 +20,16 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
         false
     }
 
+    /// Makes `bufs` a TLS record of their own and keeps its ciphertext for the next write,
+    /// which sends it together with that write's record in one system call: a record
+    /// boundary that costs no packet of its own. Returns the bytes taken; 0 where the
+    /// transport has no records (plain TCP) or keeps nothing (the caller then writes
+    /// `bufs` as usual). The caller writes next, or flushes.
+    fn seal_record_ahead(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let _ = bufs;
+        Ok(0)
+    }
+
     /// The ALPN protocol negotiated, if this transport negotiates one.
     fn alpn_protocol(&self) -> Option<&[u8]> {
         None
@@ -84,6 +94,13 @@ impl Transport for TcpStream {
 impl<T: Transport> Transport for tokio_rustls::server::TlsStream<T> {
     fn has_buffered_output(&self) -> bool {
         self.get_ref().1.wants_write()
+    }
+
+    /// rustls encrypts what one `write_vectored` call gives it into records at once;
+    /// tokio-rustls' next write sends every record waiting in one vectored write.
+    fn seal_record_ahead(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        use std::io::Write;
+        self.get_mut().1.writer().write_vectored(bufs)
     }
 
     fn alpn_protocol(&self) -> Option<&[u8]> {

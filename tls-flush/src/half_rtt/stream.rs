@@ -403,6 +403,12 @@ impl<T: Transport> Transport for HalfRttStream<T> {
         self.conn.wants_write()
     }
 
+    /// As tokio-rustls' stream: the next `poll_write_vectored` sends the kept record with
+    /// its own.
+    fn seal_record_ahead(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        self.conn.writer().write_vectored(bufs)
+    }
+
     fn alpn_protocol(&self) -> Option<&[u8]> {
         self.conn.alpn_protocol()
     }

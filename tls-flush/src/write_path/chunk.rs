@@ -2,8 +2,10 @@
 //! vectored write, so that a unit's bytes are not copied once more on their way to TLS.
 //!
 //! Invariant: the whole chunk goes to the transport as one write call (rustls makes one
-//! record of what one call gives it). A transport without vectored writes gets a copy of
-//! the chunk in one buffer instead of one slice at a time.
+//! record of what one call gives it), except a head marked to be a record of its own
+//! ([`Chunk::end_record_ahead`]), which the transport seals just before that call and
+//! sends with it. A transport without vectored writes gets a copy of the chunk in one
+//! buffer instead of one slice at a time.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -11,6 +13,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::io::AsyncWrite;
+
+use crate::Transport;
 
 /// Parts whose slices are gathered on the stack rather than in a new `Vec`.
 const STACK_SLICES: usize = 16;
@@ -21,6 +25,8 @@ pub(super) struct Chunk {
     len: usize,
     /// The chunk in one buffer, for transports without vectored writes (reused).
     flat: Vec<u8>,
+    /// The first `ahead` parts make a record of their own (0: the chunk is one record).
+    ahead: usize,
 }
 
 impl Chunk {
@@ -44,6 +50,18 @@ impl Chunk {
         self.parts.clear();
         self.flat.clear();
         self.len = 0;
+        self.ahead = 0;
+    }
+
+    /// What the chunk holds so far becomes a record of its own, sent in the same write
+    /// as the rest where the transport can ([`Transport::seal_record_ahead`]).
+    pub(super) fn end_record_ahead(&mut self) {
+        self.ahead = self.parts.len();
+    }
+
+    /// TLS records the chunk makes beyond those of its length (the head of its own).
+    pub(super) fn extra_records(&self) -> usize {
+        usize::from(self.ahead != 0)
     }
 
     /// True while the chunk's buffers are allocated.
@@ -59,8 +77,49 @@ impl Chunk {
         }
     }
 
-    /// Writes what is left of the chunk from byte `written` on, in one call.
-    pub(super) fn poll_write_from<T: AsyncWrite + Unpin>(
+    /// Writes what is left of the chunk from byte `written` on, in one call (after sealing
+    /// the head of its own, if any, at the start).
+    pub(super) fn poll_write_from<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+        written: usize,
+    ) -> Poll<io::Result<usize>> {
+        if written == 0 && self.ahead != 0 {
+            return self.poll_write_with_head(cx, io);
+        }
+        self.poll_write_rest(cx, io, written)
+    }
+
+    /// Seals the head as a record of its own, then writes the rest: both leave in the
+    /// rest's write. A transport that keeps nothing gets the whole chunk as one record.
+    fn poll_write_with_head<T: Transport>(
+        &mut self,
+        cx: &mut Context<'_>,
+        io: &mut T,
+    ) -> Poll<io::Result<usize>> {
+        let head: Vec<IoSlice<'_>> = self.parts[..self.ahead]
+            .iter()
+            .map(|part| IoSlice::new(part))
+            .collect();
+        let head_len: usize = self.parts[..self.ahead].iter().map(Bytes::len).sum();
+        let kept = io.seal_record_ahead(&head)?;
+        if kept == 0 {
+            self.ahead = 0;
+            return self.poll_write_rest(cx, io, 0);
+        }
+        if kept < head_len {
+            return Poll::Ready(Ok(kept));
+        }
+        match self.poll_write_rest(cx, io, kept) {
+            Poll::Ready(Ok(n)) => Poll::Ready(Ok(kept + n)),
+            // The kept record goes with the transport's flush.
+            Poll::Pending => Poll::Ready(Ok(kept)),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+        }
+    }
+
+    fn poll_write_rest<T: AsyncWrite + Unpin>(
         &mut self,
         cx: &mut Context<'_>,
         io: &mut T,
@@ -140,6 +199,34 @@ mod tests {
                     assert_eq!(sink.writes.len(), 1, "one call for the whole chunk");
                 }
             }
+        }
+    }
+
+    /// A head of its own is kept by the transport and the rest written in the same call;
+    /// a transport keeping part of it, nothing, or blocked on the rest still gets every
+    /// byte once, in order.
+    #[test]
+    fn a_head_of_its_own_is_sealed_ahead_of_the_rest() {
+        for (keeps, max) in [(100, 1000), (4, 1000), (0, 1000), (100, 0)] {
+            let mut chunk = Chunk::default();
+            chunk.push(Bytes::from_static(b"set"));
+            chunk.push(Bytes::from_static(b"head"));
+            chunk.end_record_ahead();
+            chunk.push(Bytes::from_static(b"data"));
+            assert_eq!(chunk.extra_records(), 1);
+            let mut sink = LimitedSink::with_limits(vec![max]);
+            sink.keeps_ahead = keeps;
+            sink.vectored = true;
+            write_all(&mut chunk, &mut sink);
+            assert_eq!(sink.out, b"setheaddata", "keeps {keeps}, max {max}");
+            match (keeps, max) {
+                (100, 1000) => assert_eq!((&sink.kept[..], &sink.writes[..]), (&[7][..], &[4][..])),
+                (4, _) => assert_eq!(sink.kept, [4]),
+                (0, _) => assert_eq!(sink.writes, [11], "one record, one write"),
+                _ => assert_eq!(sink.kept, [7], "kept before the blocked write"),
+            }
+            chunk.clear();
+            assert_eq!(chunk.extra_records(), 0);
         }
     }
 

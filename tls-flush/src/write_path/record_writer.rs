@@ -22,7 +22,10 @@
 //!   it holds only control frames and header blocks, so that they share a segment with the
 //!   first DATA instead of spending packets of the initial congestion window on their own;
 //!   the first DATA frame, a header block that ends its stream, or a record cut for an
-//!   urgent response ends that wait.
+//!   urgent response ends that wait;
+//! - what precedes the connection's first DATA frame in its record (the first response's
+//!   head) is a record of its own, sent in the same write (see
+//!   [`Transport::seal_record_ahead`](crate::Transport::seal_record_ahead)).
 
 use std::io;
 use std::pin::Pin;
@@ -428,10 +431,11 @@ impl WritePath {
             return Poll::Ready(Ok(()));
         }
         let timed = matches!(config.record_sizing, RecordSizing::Dynamic { .. });
+        let extra = w.chunk.extra_records();
         let len = w.finish(cut, timed);
         self.stats.add_bytes(len as u64);
         self.stats
-            .add_records(len.div_ceil(config.tls_record_payload) as u64);
+            .add_records((len.div_ceil(config.tls_record_payload) + extra) as u64);
         Poll::Ready(Ok(()))
     }
 
@@ -744,6 +748,12 @@ impl WritePath {
             if at == 0 && frame.is_data() {
                 self.stats
                     .data_started(frame.header.stream_id, self.writer.chunk.len());
+                if !self.writer.data_begun && config.pack_records {
+                    // The head travels in a record of its own, in the same write: the
+                    // client reads the first response's head (status, Link preloads)
+                    // without waiting for the DATA's record to arrive whole.
+                    self.writer.chunk.end_record_ahead();
+                }
             }
             if at == 0 && (frame.is_data() || frame.ends_stream) {
                 // DATA to share the first record with, or a response without any.
