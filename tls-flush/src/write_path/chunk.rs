@@ -25,8 +25,10 @@ pub(super) struct Chunk {
     len: usize,
     /// The chunk in one buffer, for transports without vectored writes (reused).
     flat: Vec<u8>,
-    /// The first `ahead` parts make a record of their own (0: the chunk is one record).
+    /// The first `ahead` parts, `ahead_len` bytes, make a record of their own (0: the
+    /// chunk is one record).
     ahead: usize,
+    ahead_len: usize,
 }
 
 impl Chunk {
@@ -51,17 +53,24 @@ impl Chunk {
         self.flat.clear();
         self.len = 0;
         self.ahead = 0;
+        self.ahead_len = 0;
+    }
+
+    /// Bytes of the record being filled: those after a head of its own.
+    pub(super) fn record_len(&self) -> usize {
+        self.len - self.ahead_len
     }
 
     /// What the chunk holds so far becomes a record of its own, sent in the same write
     /// as the rest where the transport can ([`Transport::seal_record_ahead`]).
     pub(super) fn end_record_ahead(&mut self) {
         self.ahead = self.parts.len();
+        self.ahead_len = self.len;
     }
 
-    /// TLS records the chunk makes beyond those of its length (the head of its own).
-    pub(super) fn extra_records(&self) -> usize {
-        usize::from(self.ahead != 0)
+    /// The TLS records the chunk makes with records of `payload` bytes at most.
+    pub(super) fn records(&self, payload: usize) -> usize {
+        usize::from(self.ahead != 0) + self.record_len().div_ceil(payload)
     }
 
     /// True while the chunk's buffers are allocated.
@@ -102,13 +111,14 @@ impl Chunk {
             .iter()
             .map(|part| IoSlice::new(part))
             .collect();
-        let head_len: usize = self.parts[..self.ahead].iter().map(Bytes::len).sum();
         let kept = io.seal_record_ahead(&head)?;
         if kept == 0 {
+            // One record after all.
             self.ahead = 0;
+            self.ahead_len = 0;
             return self.poll_write_rest(cx, io, 0);
         }
-        if kept < head_len {
+        if kept < self.ahead_len {
             return Poll::Ready(Ok(kept));
         }
         match self.poll_write_rest(cx, io, kept) {
@@ -213,7 +223,7 @@ mod tests {
             chunk.push(Bytes::from_static(b"head"));
             chunk.end_record_ahead();
             chunk.push(Bytes::from_static(b"data"));
-            assert_eq!(chunk.extra_records(), 1);
+            assert_eq!((chunk.record_len(), chunk.records(1000)), (4, 2));
             let mut sink = LimitedSink::with_limits(vec![max]);
             sink.keeps_ahead = keeps;
             sink.vectored = true;
@@ -225,8 +235,10 @@ mod tests {
                 (0, _) => assert_eq!(sink.writes, [11], "one record, one write"),
                 _ => assert_eq!(sink.kept, [7], "kept before the blocked write"),
             }
+            let records = if keeps == 0 { 1 } else { 2 };
+            assert_eq!(chunk.records(1000), records, "keeps {keeps}");
             chunk.clear();
-            assert_eq!(chunk.extra_records(), 0);
+            assert_eq!(chunk.records(1000), 0);
         }
     }
 

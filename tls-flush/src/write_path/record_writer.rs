@@ -363,7 +363,9 @@ impl WritePath {
                     self.writer.seal(true);
                 }
                 Filled::BeforeUrgent => self.writer.seal(false),
-                Filled::AsFarAsPossible if self.writer.chunk.len() >= self.target(config) => {
+                Filled::AsFarAsPossible
+                    if self.writer.chunk.record_len() >= self.target(config) =>
+                {
                     self.writer.seal(false);
                 }
                 Filled::AsFarAsPossible => {
@@ -431,11 +433,10 @@ impl WritePath {
             return Poll::Ready(Ok(()));
         }
         let timed = matches!(config.record_sizing, RecordSizing::Dynamic { .. });
-        let extra = w.chunk.extra_records();
+        let records = w.chunk.records(config.tls_record_payload);
         let len = w.finish(cut, timed);
         self.stats.add_bytes(len as u64);
-        self.stats
-            .add_records((len.div_ceil(config.tls_record_payload) + extra) as u64);
+        self.stats.add_records(records as u64);
         Poll::Ready(Ok(()))
     }
 
@@ -725,7 +726,7 @@ impl WritePath {
                 filled
             }
         };
-        while self.writer.chunk.len() < target {
+        while self.writer.chunk.record_len() < target {
             let (mut frame, at, class) = match self.writer.current.take() {
                 Some(current) => current,
                 None => {
@@ -769,7 +770,7 @@ impl WritePath {
                 };
             }
             let len = frame.bytes.len();
-            let n = (target - w.chunk.len()).min(len - at);
+            let n = (target - w.chunk.record_len()).min(len - at);
             if at + n < len {
                 w.chunk.push(frame.bytes.slice(at..at + n));
                 w.current = Some((frame, at + n, class));
@@ -816,7 +817,7 @@ impl WritePath {
         } else {
             cut.max_payload
         };
-        self.writer.chunk.len() < room
+        self.writer.chunk.record_len() < room
             && self
                 .scheduler
                 .next_stream_id(priorities)
