@@ -377,6 +377,10 @@ impl<T: Transport> Transport for EarlyDataStream<T> {
         self.inner.seal_record_ahead(bufs)
     }
 
+    fn seals_records_ahead(&self) -> bool {
+        self.inner.seals_records_ahead()
+    }
+
     fn alpn_protocol(&self) -> Option<&[u8]> {
         Transport::alpn_protocol(&self.inner)
     }

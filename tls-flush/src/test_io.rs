@@ -144,4 +144,8 @@ impl crate::Transport for LimitedSink {
         }
         Ok(kept)
     }
+
+    fn seals_records_ahead(&self) -> bool {
+        self.keeps_ahead != 0
+    }
 }

@@ -30,6 +30,13 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin {
         Ok(0)
     }
 
+    /// True when [`seal_record_ahead`](Self::seal_record_ahead) keeps records: the wrapper
+    /// then ends a record where the connection's first DATA begins. Elsewhere it builds
+    /// its records as if the method did not exist.
+    fn seals_records_ahead(&self) -> bool {
+        false
+    }
+
     /// The ALPN protocol negotiated, if this transport negotiates one.
     fn alpn_protocol(&self) -> Option<&[u8]> {
         None
@@ -101,6 +108,10 @@ impl<T: Transport> Transport for tokio_rustls::server::TlsStream<T> {
     fn seal_record_ahead(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         use std::io::Write;
         self.get_mut().1.writer().write_vectored(bufs)
+    }
+
+    fn seals_records_ahead(&self) -> bool {
+        true
     }
 
     fn alpn_protocol(&self) -> Option<&[u8]> {

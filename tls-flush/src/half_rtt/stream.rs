@@ -409,6 +409,10 @@ impl<T: Transport> Transport for HalfRttStream<T> {
         self.conn.writer().write_vectored(bufs)
     }
 
+    fn seals_records_ahead(&self) -> bool {
+        true
+    }
+
     fn alpn_protocol(&self) -> Option<&[u8]> {
         self.conn.alpn_protocol()
     }

@@ -341,7 +341,8 @@ impl WritePath {
                     return Poll::Ready(Ok(()));
                 }
             }
-            match self.fill_chunk(config, priorities, mode) {
+            let head_ahead = !self.writer.data_begun && io.seals_records_ahead();
+            match self.fill_chunk(config, priorities, mode, head_ahead) {
                 Filled::Held => {
                     let until = self.writer.hold_until.expect("a hold has an end");
                     // The urgent response's HEADERS (a write from h2) or the timer ends it.
@@ -705,12 +706,14 @@ impl WritePath {
         }
     }
 
-    /// Copies scheduled bytes into the chunk, up to the record target.
+    /// Copies scheduled bytes into the chunk, up to the record target. `head_ahead`: what
+    /// precedes the connection's first DATA frame becomes a record of its own.
     fn fill_chunk(
         &mut self,
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
         mode: Drive,
+        head_ahead: bool,
     ) -> Filled {
         if self.writer.chunk.is_empty() {
             self.reset_after_idle(config);
@@ -749,7 +752,7 @@ impl WritePath {
             if at == 0 && frame.is_data() {
                 self.stats
                     .data_started(frame.header.stream_id, self.writer.chunk.len());
-                if !self.writer.data_begun && config.pack_records {
+                if head_ahead && config.pack_records {
                     // The head travels in a record of its own, in the same write: the
                     // client reads the first response's head (status, Link preloads)
                     // without waiting for the DATA's record to arrive whole.
