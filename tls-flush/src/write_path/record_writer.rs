@@ -8,7 +8,9 @@
 //!   frame arriving meanwhile still competes;
 //! - a short record waits at most one turn of the task scheduler for the next frame
 //!   (cork), only when the caller flushes ([`Drive::Flush`]), and never when it holds a
-//!   unit of an urgent stream;
+//!   unit of an urgent stream, except on an unpaced path (loopback, a LAN) a record that
+//!   ends right after an urgent response with nothing else queued: it waits for h2's flush
+//!   and one turn, and only urgent units may join it ([`Filled::UrgentShort`]);
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
 //!   meanwhile held DATA stops at the soft limit, and each time h2 offers a refused frame
 //!   again after another task woke it (and when the awaited response's header block
@@ -119,6 +121,10 @@ pub(super) struct RecordWriter {
     first_flight: FirstFlight,
     /// Some DATA (or a response without any) was put into a record on this connection.
     data_begun: bool,
+    /// The chunk ends right after an urgent response on an unpaced path and waits for
+    /// more urgent responses to share it (see [`Filled::UrgentShort`]): only units of
+    /// urgent streams may join it, and anything else is cut off.
+    urgent_end: bool,
     downstream: Downstream,
 }
 
@@ -151,6 +157,7 @@ impl Default for RecordWriter {
             pace_timer: Timer::default(),
             first_flight: FirstFlight::Open,
             data_begun: false,
+            urgent_end: false,
             downstream: Downstream::Taking,
         }
     }
@@ -201,6 +208,7 @@ impl RecordWriter {
 
     fn seal(&mut self, cut: bool) {
         self.state = State::Writing { written: 0, cut };
+        self.urgent_end = false;
     }
 
     /// The record was written whole: account it and start the next. `timed`: the idle
@@ -287,6 +295,12 @@ enum Filled {
     BeforeUrgent,
     /// Less urgent DATA is next and held for an urgent response.
     Held,
+    /// An urgent response ended the chunk on an unpaced path and nothing is queued: the
+    /// record may wait for h2's flush, then one turn of the task scheduler, for more urgent
+    /// responses to share it and its flush (a cut and a flush per 4 KiB response cost a
+    /// system call each: 19 us of server CPU per request under h2load against 13 without
+    /// cuts). A turn costs microseconds there; on a paced path the cut is immediate.
+    UrgentShort,
 }
 
 impl WritePath {
@@ -364,6 +378,23 @@ impl WritePath {
                     self.writer.seal(true);
                 }
                 Filled::BeforeUrgent => self.writer.seal(false),
+                Filled::UrgentShort => match mode {
+                    // h2 flushes after its batch.
+                    Drive::Write => return Poll::Ready(Ok(())),
+                    Drive::Flush
+                        if config.cork
+                            && self.writer.state
+                                == (State::Building {
+                                    urgent: true,
+                                    waited: false,
+                                }) =>
+                    {
+                        self.writer.mark_waited();
+                        cx.waker().wake_by_ref();
+                        return Pin::new(&mut *io).poll_flush(cx);
+                    }
+                    _ => self.writer.seal(true),
+                },
                 Filled::AsFarAsPossible
                     if self.writer.chunk.record_len() >= self.target(config) =>
                 {
@@ -722,6 +753,12 @@ impl WritePath {
         // Set once an urgent response ended in the chunk and the next unit is urgent too:
         // the cut then comes after the batch (see `batches_next_urgent`).
         let mut cut_after_batch = false;
+        if std::mem::take(&mut self.writer.urgent_end) {
+            if let Some(short) = self.after_urgent(config, priorities, mode) {
+                return short;
+            }
+            cut_after_batch = true;
+        }
         let ends = |cut_after_batch: bool, filled: Filled| {
             if cut_after_batch {
                 Filled::Cut
@@ -790,13 +827,37 @@ impl WritePath {
                 priorities.close(frame.header.stream_id);
             }
             if urgent {
-                if !self.batches_next_urgent(config, priorities) {
-                    return Filled::Cut;
+                if let Some(short) = self.after_urgent(config, priorities, mode) {
+                    return short;
                 }
                 cut_after_batch = true;
             }
         }
         ends(cut_after_batch, Filled::AsFarAsPossible)
+    }
+
+    /// After an urgent response's last frame: `None` when the next unit joins the record
+    /// (see [`batches_next_urgent`](Self::batches_next_urgent)); otherwise how the record
+    /// ends: cut now, or, on an unpaced path with nothing queued, waiting as
+    /// [`Filled::UrgentShort`] for urgent units only.
+    fn after_urgent(
+        &mut self,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        mode: Drive,
+    ) -> Option<Filled> {
+        if self.batches_next_urgent(config, priorities) {
+            return None;
+        }
+        let waits = matches!(mode, Drive::Write | Drive::Flush)
+            && self.writer.budget.is_unpaced()
+            && self.writer.current.is_none()
+            && self.scheduler.queued_units() == 0;
+        if waits {
+            self.writer.urgent_end = true;
+            return Some(Filled::UrgentShort);
+        }
+        Some(Filled::Cut)
     }
 
     /// After an urgent response's last frame: true when the next unit belongs to an urgent

@@ -1,13 +1,15 @@
 //! Where records end and how they are written. An urgent small DATA frame ends its record
 //! (the early cut), which is flushed at once even through a transport that buffers without
-//! saying so, and urgent responses ready together share one cut; the connection's first flight waits for the first DATA to share its record; on
+//! saying so, and urgent responses ready together share one cut (on an unpaced path, also
+//! those of h2's next batch); the connection's first flight waits for the first DATA to
+//! share its record; on
 //! a path the write budget does not pace, bulk DATA leaves in writes of four full records,
 //! also across h2's flush after every frame; behind a full window the rest of a bulk frame
 //! begun does not wait ahead of a more urgent one.
 
 use std::time::Duration;
 
-use tls_flush::Policy;
+use tls_flush::{FlushConfig, Policy};
 use tls_flush_testkit::{
     client_with_requests, comparable_preset, data, delivered, encode_all, response_headers,
     settings_frame, started, Buffering, Event, Frame, Harness, SimulatedPath, Wire, ACK,
@@ -34,7 +36,20 @@ fn recording(policy: Policy, buffering: Buffering, requests: &[(u32, Option<&str
 /// window (10,000 segments, acknowledged at once) and minimum RTT `min_rtt`: under a
 /// millisecond the write budget does not pace it.
 fn recording_on_path(min_rtt: Duration) -> Harness {
-    let mut w = recording_wire(Buffering::Off, &[(1, Some("u=3"))]);
+    recording_on_path_with(
+        min_rtt,
+        &[(1, Some("u=3"))],
+        comparable_preset(Policy::Scheduled),
+    )
+}
+
+/// [`recording_on_path`] with `config`, after `requests`.
+fn recording_on_path_with(
+    min_rtt: Duration,
+    requests: &[(u32, Option<&str>)],
+    config: FlushConfig,
+) -> Harness {
+    let mut w = recording_wire(Buffering::Off, requests);
     w.path = Some(SimulatedPath {
         cwnd: 10_000,
         mss: 65_483,
@@ -43,7 +58,7 @@ fn recording_on_path(min_rtt: Duration) -> Harness {
         ssthresh: 0,
         acked_per_read: 1 << 30,
     });
-    started(comparable_preset(Policy::Scheduled), w)
+    started(config, w)
 }
 
 /// An urgent small DATA frame ends its record, and the record is flushed at once, here with
@@ -83,6 +98,51 @@ fn urgent_small_data_ends_its_record_and_is_flushed() {
     h.settle().unwrap();
     h.shutdown().unwrap();
     assert_eq!(h.output().len(), HEADER_LEN + burst.len());
+}
+
+/// On an unpaced path (loopback, a LAN) an urgent response's record waits for h2's flush
+/// and one more turn, for the urgent responses h2 writes next to share it and its flush
+/// (one system call instead of one per response); on a paced path it is cut and flushed as
+/// soon as h2 writes it.
+#[test]
+fn urgent_responses_of_successive_h2_batches_share_a_write_on_an_unpaced_path() {
+    let requests = [(1, Some("u=0")), (3, Some("u=0"))];
+    let response = |stream| encode_all(&[response_headers(stream), data(stream, 0, 100, true)]);
+    let one = HEADER_LEN + 1 + HEADER_LEN + 100;
+    for (min_rtt, waits) in [
+        (Duration::from_micros(30), true),
+        (Duration::from_millis(20), false),
+    ] {
+        // No anticipation: the first DATA does not wait for the other urgent response.
+        let config = comparable_preset(Policy::Scheduled).anticipate(None);
+        let mut h = recording_on_path_with(min_rtt, &requests, config);
+        h.write_all(&settings_frame(0, &[]).encode()).unwrap();
+        h.settle().unwrap();
+        let settings = h.wire.borrow().accepted.len();
+        h.write_all(&response(1)).unwrap();
+        h.flush().unwrap();
+        {
+            let w = h.wire.borrow();
+            let expected = if waits { settings } else { settings + one };
+            assert_eq!(
+                w.accepted.len(),
+                expected,
+                "min RTT {min_rtt:?}: after the first: {:?}",
+                w.events
+            );
+            assert_eq!(w.flushed, w.accepted.len(), "min RTT {min_rtt:?}");
+        }
+        // h2's next batch, in the turn the record waited for.
+        h.write_all(&response(3)).unwrap();
+        h.flush().unwrap();
+        let w = h.wire.borrow();
+        assert_eq!(w.accepted.len(), settings + 2 * one, "min RTT {min_rtt:?}");
+        assert_eq!(w.flushed, w.accepted.len(), "min RTT {min_rtt:?}: flushed");
+        let writes: Vec<usize> = w.events.iter().filter_map(Event::written).collect();
+        let last = *writes.last().unwrap();
+        let expected = if waits { 2 * one } else { one };
+        assert_eq!(last, expected, "min RTT {min_rtt:?}: {writes:?}");
+    }
 }
 
 /// Urgent responses ready in the same turn share one record and one flush: the cut comes
