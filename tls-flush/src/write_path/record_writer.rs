@@ -37,14 +37,16 @@ use std::time::{Duration, Instant};
 use bytes::Buf;
 
 use super::chunk::Chunk;
-use super::{H2Batch, WritePath, UNIT_OVERHEAD};
+use super::{H2Batch, WritePath};
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
-use crate::path::{Allowance, CongestionControl, WriteBudget, UNPACED_WRITE_RECORDS};
+use crate::path::WriteBudget;
 use crate::priorities::StreamPriorities;
 use crate::scheduler::QueuedFrame;
 use crate::timer::Timer;
 use crate::transport::Transport;
+
+mod pacing;
 
 /// How long the connection's first record may wait for DATA to share it with (see the
 /// module invariants): the server's SETTINGS, its ACK and the first header blocks are
@@ -369,14 +371,7 @@ impl WritePath {
                     }
                     return Poll::Ready(Ok(()));
                 }
-                Filled::Cut => {
-                    self.stats.add_early_cut(1);
-                    tracing::trace!(
-                        len = self.writer.chunk.len(),
-                        "record cut after an urgent frame"
-                    );
-                    self.writer.seal(true);
-                }
+                Filled::Cut => self.seal_cut(),
                 Filled::BeforeUrgent => self.writer.seal(false),
                 Filled::UrgentShort => match mode {
                     // h2 flushes after its batch.
@@ -393,7 +388,7 @@ impl WritePath {
                         cx.waker().wake_by_ref();
                         return Pin::new(&mut *io).poll_flush(cx);
                     }
-                    _ => self.writer.seal(true),
+                    _ => self.seal_cut(),
                 },
                 Filled::AsFarAsPossible
                     if self.writer.chunk.record_len() >= self.target(config) =>
@@ -407,6 +402,16 @@ impl WritePath {
                 }
             }
         }
+    }
+
+    /// Ends the record right after an urgent frame; it is flushed once written.
+    fn seal_cut(&mut self) {
+        self.stats.add_early_cut(1);
+        tracing::trace!(
+            len = self.writer.chunk.len(),
+            "record cut after an urgent frame"
+        );
+        self.writer.seal(true);
     }
 
     /// At the end of h2's batch: once nothing is queued or held and no stream is open (an
@@ -538,168 +543,6 @@ impl WritePath {
         true
     }
 
-    /// The size of the next write: a record, as small as the write budget allows, or on an
-    /// unpaced path several full records.
-    fn target(&self, config: &FlushConfig) -> usize {
-        let target = config.record_target(self.writer.sent_since_idle);
-        match self.writer.record_cap {
-            Some(cap) => target.min(cap),
-            None => target * self.writer.write_records,
-        }
-    }
-
-    /// Before a record starts: asks the write budget. True when bulk DATA must wait (the
-    /// timer will wake the task); otherwise the next record's size is capped as allowed.
-    fn paced<T: Transport>(
-        &mut self,
-        cx: &mut Context<'_>,
-        io: &T,
-        config: &FlushConfig,
-        priorities: &mut StreamPriorities,
-        mode: Drive,
-    ) -> bool {
-        if !self.writer.chunk.is_empty() {
-            return false;
-        }
-        self.writer.record_cap = None;
-        self.writer.paced_until = None;
-        if self.waits_for_wide_write(cx, config, priorities, mode) {
-            return true;
-        }
-        if !config.write_budget || mode == Drive::Drain || !self.writer.budget.needs_read() {
-            return false;
-        }
-        let Some(state) = io.path_state() else {
-            return false;
-        };
-        if !self.writer.budget.knows_congestion() {
-            let cc = io
-                .congestion_control()
-                .unwrap_or(CongestionControl::LossBased);
-            self.writer.budget.set_congestion(cc);
-        }
-        self.stats.add_tcp_info_read(1);
-        // The budget's margin is a full record even while dynamic sizes are still ramping:
-        // a smaller one would leave TCP idle between timer ticks. `target` applies the
-        // ramp on top of the cap.
-        let target = config.record_target(u64::MAX);
-        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
-        let urgent = !self.next_is_bulk(config, priorities);
-        let now = crate::clock::now();
-        let lifts = self.writer.budget.cap_lifts();
-        let allowance = self
-            .writer
-            .budget
-            .allowance(&state, target, available, urgent, now);
-        self.stats
-            .add_budget_cap_lifts(self.writer.budget.cap_lifts() - lifts);
-        if self.writer.budget.take_pacing_request() {
-            let result = io.enable_pacing();
-            tracing::debug!(?result, "kernel pacing");
-        }
-        tracing::trace!(
-            cwnd = state.cwnd,
-            unacked = state.unacked,
-            notsent = state.notsent,
-            min_rtt_us = state.min_rtt.as_micros() as u64,
-            srtt_us = state.srtt.as_micros() as u64,
-            delivery_rate = state.delivery_rate,
-            gain = self.writer.budget.gain(),
-            available,
-            urgent,
-            ?allowance,
-            "write budget"
-        );
-        match allowance {
-            Allowance::Record(n) => {
-                // The read may have found the path unpaced (or paced) anew.
-                self.writer.write_records = records_per_write(self.wide_write(config, priorities));
-                if self.writer.write_records == 1 {
-                    self.writer.record_cap = Some(n);
-                }
-                false
-            }
-            Allowance::Wait(wait) => {
-                let until = now + wait;
-                self.stats.add_budget_wait(1);
-                if self.writer.pace_timer.poll_until(cx, until).is_ready() {
-                    // Too short to sleep on: go on.
-                    return false;
-                }
-                self.writer.paced_until = Some(until);
-                true
-            }
-        }
-    }
-
-    /// Sets how many full records the next write holds (see [`Self::wide_write`]). True
-    /// when bulk DATA waits instead: a wide write is due, fewer than
-    /// [`UNPACED_WRITE_RECORDS`] full records are queued, and h2 may have more frames (it
-    /// is writing, or flushing right after a write: h2 flushes after every frame, and once
-    /// more, without a write, when its batch is over). Writing each record as it fills
-    /// costs a system call and, the socket being kept shallow, a loopback segment per
-    /// record. Bounded: a flush after a write wakes the task, whose next poll ends the
-    /// batch.
-    fn waits_for_wide_write(
-        &mut self,
-        cx: &mut Context<'_>,
-        config: &FlushConfig,
-        priorities: &mut StreamPriorities,
-        mode: Drive,
-    ) -> bool {
-        let wide = if mode == Drive::Drain {
-            None
-        } else {
-            self.wide_write(config, priorities)
-        };
-        self.writer.write_records = records_per_write(wide);
-        // Waiting needs room for a wide write and the frame after it below the soft limit:
-        // past it h2's frames are refused, and the writes that follow end in short records.
-        let room = (UNPACED_WRITE_RECORDS + 1) * (config.record_target(u64::MAX) + UNIT_OVERHEAD);
-        if wide.is_none_or(|records| records >= UNPACED_WRITE_RECORDS) || config.soft_limit < room {
-            return false;
-        }
-        match (mode, self.h2_batch) {
-            (Drive::Write, _) => true,
-            (Drive::Flush, H2Batch::Writing) => {
-                cx.waker().wake_by_ref();
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// The full records queued, when the next write may hold several: the write budget
-    /// found the path unpaced and the write starts with bulk DATA that no open stream is
-    /// more urgent than (an urgent response due soon must not find several records ahead
-    /// of it). Only as many as are queued whole go in one write, so that a write never
-    /// ends in a short record a full one would have packed. `None`: one record per write.
-    fn wide_write(
-        &mut self,
-        config: &FlushConfig,
-        priorities: &mut StreamPriorities,
-    ) -> Option<usize> {
-        if !config.write_budget || !self.writer.budget.is_unpaced() {
-            return None;
-        }
-        let urgency = match &self.writer.current {
-            Some((frame, _, UnitClass::Bulk)) => {
-                priorities.effective(frame.header.stream_id).urgency
-            }
-            Some(_) => return None,
-            None => match self.scheduler.next_data_urgency(priorities) {
-                Some(u) if is_bulk_urgency(config, u) => u,
-                _ => return None,
-            },
-        };
-        if priorities.more_urgent_open(urgency) {
-            return None;
-        }
-        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
-        let record = config.record_target(self.writer.sent_since_idle);
-        Some(available / record)
-    }
-
     /// True when the chunk holds bulk bytes and the next unit is urgent DATA.
     fn urgent_data_next(
         &mut self,
@@ -714,27 +557,6 @@ impl WritePath {
                 .scheduler
                 .next_data_urgency(priorities)
                 .is_some_and(|u| u <= cut.max_urgency)
-    }
-
-    /// True when the next unit is bulk DATA (what the write budget may make wait). The rest
-    /// of a bulk frame already begun counts as bulk only while what is queued after it is
-    /// bulk too: once something more urgent is queued, that rest is all that stands between
-    /// it and the wire (a frame cannot be cut short), and waiting on the budget would only
-    /// delay it (behind a competitor's deep queue, records of two segments paced by the ACK
-    /// clock held a 16 KiB frame's rest, and the urgent response after it, for 200 ms).
-    fn next_is_bulk(&mut self, config: &FlushConfig, priorities: &mut StreamPriorities) -> bool {
-        let queued_is_bulk = |this: &mut Self, priorities: &mut StreamPriorities| {
-            this.scheduler
-                .next_data_urgency(priorities)
-                .is_some_and(|u| is_bulk_urgency(config, u))
-        };
-        match &self.writer.current {
-            Some((_, _, UnitClass::Bulk)) => {
-                self.scheduler.queued_units() == 0 || queued_is_bulk(self, priorities)
-            }
-            Some(_) => false,
-            None => queued_is_bulk(self, priorities),
-        }
     }
 
     /// Copies scheduled bytes into the chunk, up to the record target. `head_ahead`: what
@@ -984,19 +806,6 @@ fn is_urgent_stream(config: &FlushConfig, priorities: &StreamPriorities, stream:
         && config
             .urgent_cut
             .is_some_and(|cut| priorities.effective(stream).urgency <= cut.max_urgency)
-}
-
-/// Full records in the next write, from [`WritePath::wide_write`]'s count.
-fn records_per_write(wide: Option<usize>) -> usize {
-    wide.map_or(1, |records| records.clamp(1, UNPACED_WRITE_RECORDS))
-}
-
-/// True when DATA of `urgency` is bulk: less urgent than the urgent cut (all of it without
-/// one).
-fn is_bulk_urgency(config: &FlushConfig, urgency: u8) -> bool {
-    config
-        .urgent_cut
-        .is_none_or(|cut| urgency > cut.max_urgency)
 }
 
 #[cfg(test)]

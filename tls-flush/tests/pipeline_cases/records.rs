@@ -142,6 +142,9 @@ fn urgent_responses_of_successive_h2_batches_share_a_write_on_an_unpaced_path() 
         let last = *writes.last().unwrap();
         let expected = if waits { 2 * one } else { one };
         assert_eq!(last, expected, "min RTT {min_rtt:?}: {writes:?}");
+        drop(w);
+        let cuts = if waits { 1 } else { 2 };
+        assert_eq!(h.stats().early_cuts, cuts, "min RTT {min_rtt:?}");
     }
 }
 
