@@ -148,14 +148,25 @@ fn check_served_from_early_data(server: FirstRequestServer, round_trips: f64) {
         "no session, no early data: {fresh:?}"
     );
     assert_eq!(fresh.first_flight_records, 1, "{fresh:?}");
-    let resumed = rt
-        .block_on(run_relay(
-            ClientCase::Coalesced0Rtt,
-            server,
-            Connection::Resumed,
-            &link,
-        ))
-        .unwrap();
+    // The client's flight counts as early data only if written before it read anything; a
+    // client task descheduled for a round trip (CI runs test binaries side by side) writes
+    // it later. Up to three attempts, each reported.
+    let mut attempts = 0;
+    let resumed = loop {
+        attempts += 1;
+        let run = rt
+            .block_on(run_relay(
+                ClientCase::Coalesced0Rtt,
+                server,
+                Connection::Resumed,
+                &link,
+            ))
+            .unwrap();
+        if (run.early_data_sent && run.first_flight_records == 1) || attempts == 3 {
+            break run;
+        }
+        eprintln!("{server}: attempt {attempts} sent no early data in one record: {run:?}");
+    };
     assert!(resumed.resumed, "{server}: {resumed:?}");
     assert!(resumed.early_data_sent, "{server}: {resumed:?}");
     assert!(resumed.early_data_accepted, "{server}: {resumed:?}");
