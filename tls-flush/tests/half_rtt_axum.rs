@@ -24,24 +24,24 @@ use tls_flush::{
 };
 use tls_flush_testkit::tls::{localhost, loopback_listener};
 
-/// A `FlushListener` on a loopback port with `config`, opted in to 0.5-RTT or not.
-async fn listener(config: ServerConfig, half_rtt: bool) -> (SocketAddr, ListenerKind) {
+/// A `FlushListener` on a loopback port with `config`.
+async fn plain_listener(config: ServerConfig) -> (SocketAddr, FlushListener) {
     let (tcp, addr) = loopback_listener().await;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = FlushListener::new(tcp, acceptor, FlushConfig::default());
-    let kind = if half_rtt {
-        let listener = listener.half_rtt(EARLY);
-        assert_eq!(listener.early_data_refusal(), None);
-        ListenerKind::HalfRtt(listener)
-    } else {
-        ListenerKind::Plain(listener)
-    };
-    (addr, kind)
+    (
+        addr,
+        FlushListener::new(tcp, acceptor, FlushConfig::default()),
+    )
 }
 
-enum ListenerKind {
-    Plain(FlushListener),
-    HalfRtt(FlushListener<tls_flush::HalfRttAcceptor>),
+/// [`plain_listener`] opted in to 0.5-RTT (asserting that early data is not refused).
+async fn half_rtt_listener(
+    config: ServerConfig,
+) -> (SocketAddr, FlushListener<tls_flush::HalfRttAcceptor>) {
+    let (addr, listener) = plain_listener(config).await;
+    let listener = listener.half_rtt(EARLY);
+    assert_eq!(listener.early_data_refusal(), None);
+    (addr, listener)
 }
 
 /// The test app plus `/peer`, which answers from `ConnectInfo<ConnectionInfo>`.
@@ -60,9 +60,7 @@ fn app_with_peer(seen: &Arc<Seen>) -> axum::Router {
 async fn listener_answers_early_gets_at_half_rtt_and_refuses_early_posts() {
     let (server_config, client) = tls();
     let client = Arc::new(client);
-    let (addr, ListenerKind::HalfRtt(listener)) = listener(server_config, true).await else {
-        unreachable!()
-    };
+    let (addr, listener) = half_rtt_listener(server_config).await;
     let seen = Arc::new(Seen::default());
     let app = app_with_peer(&seen).into_make_service_with_connect_info::<ConnectionInfo>();
     tokio::spawn(axum::serve(listener, HalfRttMakeService::new(app)).into_future());
@@ -119,9 +117,7 @@ async fn early_post_refused(client: &Arc<rustls::ClientConfig>, addr: SocketAddr
 async fn listener_without_make_service_reads_early_data_after_the_handshake() {
     let (server_config, client) = tls();
     let client = Arc::new(client);
-    let (addr, ListenerKind::HalfRtt(listener)) = listener(server_config, true).await else {
-        unreachable!()
-    };
+    let (addr, listener) = half_rtt_listener(server_config).await;
     let seen = Arc::new(Seen::default());
     // The app as a plain `axum::serve` user would pass it: nothing marks early requests.
     tokio::spawn(axum::serve(listener, app(&seen)).into_future());
@@ -160,9 +156,7 @@ async fn listener_without_opt_in_offers_no_early_data() {
         let (mut server_config, client) = tls();
         server_config.max_early_data_size = max_early_data_size;
         let client = Arc::new(client);
-        let (addr, ListenerKind::Plain(listener)) = listener(server_config, false).await else {
-            unreachable!()
-        };
+        let (addr, listener) = plain_listener(server_config).await;
         let seen = Arc::new(Seen::default());
         tokio::spawn(axum::serve(listener, app(&seen)).into_future());
         get_tickets(&client, addr).await;
