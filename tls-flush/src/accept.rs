@@ -21,14 +21,7 @@ pub(crate) async fn handshake_within<T>(
     timeout: Duration,
     handshake: impl Future<Output = io::Result<T>>,
 ) -> io::Result<T> {
-    tokio::time::timeout(timeout, handshake)
-        .await
-        .unwrap_or_else(|_| {
-            Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("TLS handshake not finished within {timeout:?}"),
-            ))
-        })
+    crate::timeout::within(timeout, "TLS handshake not finished", handshake).await
 }
 const MIN_ACCEPT_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);

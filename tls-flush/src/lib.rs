@@ -62,6 +62,8 @@ mod stats;
 mod stream;
 #[cfg(test)]
 mod test_io;
+#[cfg(any(feature = "serve", feature = "axum", feature = "client"))]
+mod timeout;
 mod timer;
 mod transport;
 mod write_path;

@@ -269,14 +269,10 @@ impl FlushConnector {
         let handshake = connector.with_alpn(vec![b"h2".to_vec()]).connect(name, tcp);
         let tls = match self.handshake_timeout {
             None => handshake.await?,
-            Some(timeout) => tokio::time::timeout(timeout, handshake)
-                .await
-                .map_err(|_| {
-                    io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("FlushConnector: no TLS handshake within {timeout:?}"),
-                    )
-                })??,
+            Some(timeout) => {
+                crate::timeout::within(timeout, "FlushConnector: no TLS handshake", handshake)
+                    .await?
+            }
         };
         Ok(FlushClientStream::with_config(tls, self.first_flight.clone()).only_h2())
     }

@@ -123,14 +123,7 @@ impl TcpConnect {
         let Some(timeout) = self.connect_timeout else {
             return connect.await;
         };
-        tokio::time::timeout(timeout, connect)
-            .await
-            .unwrap_or_else(|_| {
-                Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("tls_flush::client: no TCP connection within {timeout:?}"),
-                ))
-            })
+        crate::timeout::within(timeout, "tls_flush::client: no TCP connection", connect).await
     }
 }
 
