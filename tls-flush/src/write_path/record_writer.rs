@@ -378,11 +378,10 @@ impl WritePath {
                     Drive::Write => return Poll::Ready(Ok(())),
                     Drive::Flush
                         if config.cork
-                            && self.writer.state
-                                == (State::Building {
-                                    urgent: true,
-                                    waited: false,
-                                }) =>
+                            && matches!(
+                                self.writer.state,
+                                State::Building { waited: false, .. }
+                            ) =>
                     {
                         self.writer.mark_waited();
                         cx.waker().wake_by_ref();
@@ -671,9 +670,9 @@ impl WritePath {
         if self.batches_next_urgent(config, priorities) {
             return None;
         }
+        // Nothing is being copied here: the urgent unit that ended the chunk was whole.
         let waits = matches!(mode, Drive::Write | Drive::Flush)
             && self.writer.budget.is_unpaced()
-            && self.writer.current.is_none()
             && self.scheduler.queued_units() == 0;
         if waits {
             self.writer.urgent_end = true;
