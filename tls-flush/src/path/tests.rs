@@ -5,6 +5,9 @@ use super::*;
 
 const RECORD: usize = 16384;
 const MSS: u32 = 1448;
+/// A full record of bulk DATA with nothing unsent: eleven segments on the wire, the most
+/// that fit in `RECORD` (see `segment_aligned`).
+const BULK_RECORD: usize = 11 * MSS as usize - RECORD_OVERHEAD;
 
 /// The allowance for a full bulk record (not urgent) with a full record queued.
 fn bulk_record(budget: &mut WriteBudget, path: &PathState, now: Instant) -> Allowance {
@@ -187,11 +190,11 @@ fn the_kernel_holds_about_one_record_beyond_the_window() {
     let beyond = 14_480 + 57_920;
     assert_eq!(
         bulk_record(&mut budget, &path(200, 190, 0, 0), now),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     assert_eq!(
         bulk_record(&mut budget, &path(200, 190, beyond, 0), now),
-        Allowance::Record(RECORD),
+        Allowance::Record(BULK_RECORD),
         "exactly one record beyond the window and its refill"
     );
     let a = bulk_record(&mut budget, &path(200, 190, beyond + 6000, 0), now);
@@ -199,7 +202,11 @@ fn the_kernel_holds_about_one_record_beyond_the_window() {
     // A short record (less queued) needs less room.
     assert_eq!(
         budget.allowance(&path(200, 190, beyond + 6000, 0), RECORD, 4096, false, now),
-        Allowance::Record(RECORD)
+        Allowance::Record(segment_aligned(
+            RECORD,
+            beyond as usize + 6000,
+            MSS as usize
+        ))
     );
 }
 
@@ -211,7 +218,7 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
                           // cubic's window has grown to 400 segments; 60 are in flight: under 2 x BDP.
     assert_eq!(
         bulk_record(&mut budget, &path(400, 60, 0, rate), t0),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     // 90 in flight (130,320 bytes) > 2 x BDP + a record - RECORD: wait, about the time the
     // excess takes to drain, at least 1 ms.
@@ -232,7 +239,7 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
     let now = t0 + Duration::from_millis(100);
     assert!(matches!(
         bulk_record(&mut budget, &path(400, 40, 0, rate), now),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     ));
     let a = bulk_record(&mut budget, &path(400, 50, 0, rate), now);
     assert!(
@@ -256,7 +263,7 @@ fn a_model_based_congestion_control_is_not_capped_a_second_time() {
     bbr.set_congestion(CongestionControl::ModelBased);
     assert_eq!(
         bulk_record(&mut bbr, &over, Instant::now()),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     // The kernel's share still holds: about one record beyond what the window can send
     // and what it frees during a timer wait (115,840 bytes).
@@ -284,7 +291,7 @@ fn a_fast_path_keeps_what_drains_during_a_timer_wait() {
     let now = t0 + Duration::from_millis(30);
     assert_eq!(
         bulk_record(&mut budget, &fast(400, 60), now),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     // Past that slack as well: wait.
     let a = bulk_record(&mut budget, &fast(400, 80), now);
@@ -338,7 +345,7 @@ fn a_jittery_path_sizes_the_cap_on_its_lowest_smoothed_rtt() {
     let (mut jittery, now) = steady_budget_with_srtt(t0, 30);
     assert_eq!(
         bulk_record(&mut jittery, &queued(50, 36), now),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     assert_eq!(jittery.cap_lifts(), 0);
     let (mut clean, now) = steady_budget(t0);
@@ -371,7 +378,7 @@ fn a_queue_another_flow_fills_lifts_the_cap() {
     // share: the record goes.
     assert_eq!(
         bulk_record(&mut budget, &queued(50, 60), now),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     assert_eq!(budget.cap_lifts(), 1);
     // Without the cap, only the congestion window limits, as for stock: far more in flight
@@ -379,7 +386,7 @@ fn a_queue_another_flow_fills_lifts_the_cap() {
     let later = now + Duration::from_secs(1);
     assert_eq!(
         bulk_record(&mut budget, &queued(300, 60), later),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     assert_eq!(budget.cap_lifts(), 1, "one lift per episode");
 }
@@ -424,7 +431,7 @@ fn a_lifted_cap_is_tested_again_after_the_retest_interval() {
             &queued(50, 60),
             retest + Duration::from_millis(81)
         ),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     assert_eq!(budget.cap_lifts(), 2);
 }
@@ -436,7 +443,7 @@ fn a_model_based_congestion_control_never_lifts_what_it_never_capped() {
     budget.set_congestion(CongestionControl::ModelBased);
     assert_eq!(
         bulk_record(&mut budget, &queued(50, 60), t0),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
     assert_eq!(budget.cap_lifts(), 0);
 }
@@ -474,13 +481,22 @@ fn in_congestion_avoidance_the_next_record_goes_before_the_kernel_runs_dry() {
 }
 
 #[test]
-fn the_kernel_is_asked_to_pace_once_on_a_paced_path_under_a_loss_based_control() {
+fn the_kernel_is_asked_to_pace_once_past_slow_start_on_a_paced_path_under_a_loss_based_control() {
     let now = Instant::now();
     let mut cubic = WriteBudget::default();
     cubic.set_congestion(CongestionControl::LossBased);
     bulk_record(&mut cubic, &path(10, 0, 0, 0), now);
+    assert!(
+        !cubic.take_pacing_request(),
+        "not in the initial slow start"
+    );
+    let congestion_avoidance = PathState {
+        ssthresh: 10,
+        ..path(10, 0, 0, 0)
+    };
+    bulk_record(&mut cubic, &congestion_avoidance, now);
     assert!(cubic.take_pacing_request());
-    bulk_record(&mut cubic, &path(10, 0, 0, 0), now);
+    bulk_record(&mut cubic, &congestion_avoidance, now);
     assert!(!cubic.take_pacing_request(), "once per connection");
 
     let mut bbr = WriteBudget::default();
@@ -520,6 +536,25 @@ fn in_loss_recovery_the_cap_counts_what_is_in_the_network() {
     assert_eq!(recovering.in_flight_segments(), 20);
     assert_eq!(
         bulk_record(&mut budget, &recovering, now),
-        Allowance::Record(RECORD)
+        Allowance::Record(BULK_RECORD)
     );
+}
+
+#[test]
+fn bulk_records_end_the_kernels_unsent_bytes_on_a_segment_boundary() {
+    let mss = MSS as usize;
+    // Nothing unsent: eleven whole segments of a 16 KiB record.
+    assert_eq!(segment_aligned(RECORD, 0, mss), 11 * mss - RECORD_OVERHEAD);
+    // A partial segment waits in the kernel: the record fills it, then whole segments.
+    let aligned = segment_aligned(RECORD, 478, mss);
+    assert_eq!((478 + aligned + RECORD_OVERHEAD) % mss, 0);
+    assert!(aligned <= RECORD && aligned > RECORD - mss);
+    // A one-segment record after a partial one: only the partial one's rest.
+    assert_eq!(
+        segment_aligned(mss - RECORD_OVERHEAD, 478, mss),
+        mss - 478 - RECORD_OVERHEAD
+    );
+    // Aligning would keep less than half of the record: left as it is.
+    assert_eq!(segment_aligned(1000, 1400, mss), 1000);
+    assert_eq!(segment_aligned(100, 0, mss), 100);
 }
