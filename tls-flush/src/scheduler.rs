@@ -311,6 +311,17 @@ impl Scheduler {
         self.queues.as_mut()?.next_stream_id(priorities)
     }
 
+    /// Puts the rest of a DATA frame [`pop`](Self::pop) just returned back where it was, at
+    /// the head of its stream, and refunds its urgency's share what the pop charged for the
+    /// rest: it goes out as if it had never left. Call it before anything else is popped.
+    pub(crate) fn requeue_front(&mut self, rest: QueuedFrame, priorities: &mut StreamPriorities) {
+        debug_assert!(rest.is_data());
+        let ordering = self.ordering;
+        self.queues
+            .get_or_insert_with(|| Box::new(Queues::new(ordering)))
+            .requeue_front(rest, priorities);
+    }
+
     /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
     pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
         self.queues.as_mut()?.next_data_urgency(priorities)
@@ -570,6 +581,43 @@ impl Queues {
         }
         let overtook = unit.is_data() && oldest_data.is_some_and(|s| s < unit.seq);
         Some((unit, Popped { overtook }))
+    }
+
+    /// See [`Scheduler::requeue_front`].
+    fn requeue_front(&mut self, rest: QueuedFrame, priorities: &mut StreamPriorities) {
+        self.queued_bytes += rest.bytes.len();
+        self.queued_units += 1;
+        if self.ordering == Ordering::InOrder {
+            self.fifo.push_front(rest);
+            return;
+        }
+        self.sync(priorities);
+        let id = rest.header.stream_id;
+        let length = rest.bytes.len().saturating_sub(frame::HEADER_LEN) as u64;
+        let epoch = match self.epochs.front_mut() {
+            Some(epoch) => epoch,
+            None => {
+                self.epochs.push_back(Epoch {
+                    indexed: true,
+                    ..Epoch::default()
+                });
+                self.epochs.front_mut().expect("just pushed")
+            }
+        };
+        // The stream's queue may have gone with the popped frame.
+        let spare = &mut self.spare;
+        let q = epoch.streams.entry(id).or_insert_with(|| StreamQueue {
+            frames: spare.pop().unwrap_or_default(),
+            priority: priorities.effective(id),
+            data_units: 0,
+            head: Head::None,
+        });
+        q.frames.push_front(rest);
+        q.data_units += 1;
+        let level = level(q.priority);
+        epoch.data_per_urgency[level] += 1;
+        epoch.reindex(id);
+        self.shares.refund(level, length);
     }
 
     /// The stream of the unit `pop` would return next (0 for a connection frame); `None`

@@ -17,6 +17,7 @@ use crate::stats::ConnectionStats;
 
 mod chunk;
 mod record_writer;
+mod split;
 
 pub(crate) use record_writer::Drive;
 use record_writer::{Downstream, RecordWriter};

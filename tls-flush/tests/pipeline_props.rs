@@ -47,11 +47,11 @@ use proptest::prelude::*;
 use tls_flush::Policy;
 use tls_flush_testkit::{
     check_counters, check_delivery, check_ordering, data, encode_all, expected_frames, finish,
-    header_block, inverted_data_frames, literal, match_frames, parse_frames, parse_frames_lenient,
-    priority_update, request_block, response_block, settings_frame, write_call, write_input,
-    Buffering, CounterBounds, Frame, Harness, Knobs, OrderChecks, OutputEnd, SimulatedPath, Step,
-    Wire, WriteOp, ACK, CONTINUATION, END_HEADERS, END_STREAM, HEADERS, PING, PREFACE,
-    PRIORITY_UPDATE, RST_STREAM, WINDOW_UPDATE,
+    header_block, inverted_data_frames, literal, match_frames, merge_split_data, parse_frames,
+    parse_frames_lenient, priority_update, request_block, response_block, settings_frame,
+    write_call, write_input, Buffering, CounterBounds, Frame, Harness, Knobs, OrderChecks,
+    OutputEnd, SimulatedPath, Step, Wire, WriteOp, ACK, CONTINUATION, END_HEADERS, END_STREAM,
+    HEADERS, PING, PREFACE, PRIORITY_UPDATE, RST_STREAM, WINDOW_UPDATE,
 };
 use tokio::io::AsyncWrite;
 
@@ -594,7 +594,7 @@ fn run_flush_latency_inner(scn: &Scenario, setup: Setup) -> Result<(), String> {
         held_turns += flush_and_check(&mut h, setup, complete, pos, &urgent)?;
     }
     h.shutdown()?;
-    let out = parse_frames(&h.output())?;
+    let out = merge_split_data(&input_frames, parse_frames(&h.output())?);
     match_frames(&input_frames, &out)?;
     if !setup.cork && held_turns > 0 {
         return Err("a record was held with cork off".into());

@@ -85,6 +85,12 @@ impl UrgencyShares {
         }
     }
 
+    /// Takes back the charge for `length` bytes of a frame [`Self::served`] committed from
+    /// `level` that did not leave (the rest of a split frame, queued again).
+    pub(crate) fn refund(&mut self, level: usize, length: u64) {
+        self.finish[level] = self.finish[level].saturating_sub(cost(level, length));
+    }
+
     /// Level `u`'s finish tag: its own while it keeps waiting, else the virtual time plus
     /// one nominal frame.
     fn tag(&self, u: usize) -> u64 {

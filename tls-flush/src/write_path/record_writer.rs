@@ -27,7 +27,10 @@
 //!   urgent response ends that wait;
 //! - what precedes the connection's first DATA frame in its record (the first response's
 //!   head) is a record of its own, sent in the same write (see
-//!   [`Transport::seal_record_ahead`](crate::Transport::seal_record_ahead)).
+//!   [`Transport::seal_record_ahead`](crate::Transport::seal_record_ahead));
+//! - where the write budget sized the record, DATA of a stream that is not urgent ends with
+//!   the record: a frame that does not fit is split there ([`super::split`]), and its rest
+//!   is scheduled again.
 
 use std::io;
 use std::pin::Pin;
@@ -37,12 +40,13 @@ use std::time::{Duration, Instant};
 use bytes::Buf;
 
 use super::chunk::Chunk;
+use super::split;
 use super::{H2Batch, WritePath};
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
 use crate::path::WriteBudget;
 use crate::priorities::StreamPriorities;
-use crate::scheduler::QueuedFrame;
+use crate::scheduler::{Popped, QueuedFrame};
 use crate::timer::Timer;
 use crate::transport::Transport;
 
@@ -588,6 +592,9 @@ impl WritePath {
             }
         };
         while self.writer.chunk.record_len() < target {
+            // A DATA frame counts as reordered when it is complete ahead of older DATA: once
+            // its last bytes go into a record (the rest of a split frame is popped again).
+            let mut overtook = false;
             let (mut frame, at, class) = match self.writer.current.take() {
                 Some(current) => current,
                 None => {
@@ -602,11 +609,35 @@ impl WritePath {
                         return ends(cut_after_batch, Filled::BeforeUrgent);
                     }
                     match self.next_unit(config, priorities) {
-                        Some(next) => next,
+                        Some((next, popped)) => {
+                            overtook = popped.overtook;
+                            next
+                        }
                         None => return ends(cut_after_batch, Filled::AsFarAsPossible),
                     }
                 }
             };
+            if at == 0 && class != UnitClass::Urgent && self.splits_at_record_end() {
+                let room = target - self.writer.chunk.record_len();
+                if frame.bytes.len() > room && split::is_splittable(&frame) {
+                    match split::split_data(frame, room) {
+                        Ok((head, rest)) => {
+                            self.scheduler.requeue_front(rest, priorities);
+                            frame = head;
+                            overtook = false;
+                        }
+                        Err(whole) if !self.writer.chunk.is_empty() => {
+                            // Too little room left to split: the record ends before it.
+                            self.scheduler.requeue_front(whole, priorities);
+                            return ends(cut_after_batch, Filled::AsFarAsPossible);
+                        }
+                        Err(whole) => frame = whole,
+                    }
+                }
+            }
+            if overtook {
+                self.stats.add_reordered(1);
+            }
             if at == 0 && frame.is_data() {
                 self.stats
                     .data_started(frame.header.stream_id, self.writer.chunk.len());
@@ -755,16 +786,21 @@ impl WritePath {
         self.writer.hold_until.is_some()
     }
 
-    /// Pops the next unit: the unit, from its first byte, and what it is.
+    /// True when DATA that does not fit the record is split where it ends: the write budget
+    /// sized the record on a paced path. Elsewhere records are full or wide, and nothing
+    /// waits behind a frame's rest for long.
+    fn splits_at_record_end(&self) -> bool {
+        self.writer.record_cap.is_some() && !self.writer.budget.is_unpaced()
+    }
+
+    /// Pops the next unit: the unit, from its first byte, and what it is; and what the pop
+    /// reported.
     fn next_unit(
         &mut self,
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
-    ) -> Option<(QueuedFrame, usize, UnitClass)> {
+    ) -> Option<((QueuedFrame, usize, UnitClass), Popped)> {
         let (frame, popped) = self.scheduler.pop(priorities)?;
-        if popped.overtook {
-            self.stats.add_reordered(1);
-        }
         let class = if is_urgent_stream(config, priorities, frame.header.stream_id) {
             UnitClass::Urgent
         } else if frame.is_data() && !frame.ends_stream {
@@ -772,7 +808,7 @@ impl WritePath {
         } else {
             UnitClass::Other
         };
-        Some((frame, 0, class))
+        Some(((frame, 0, class), popped))
     }
 
     /// True when the record must end right after `frame`: an urgent small DATA frame, or an

@@ -18,7 +18,7 @@ use std::task::Poll;
 
 use tls_flush::{FlushConfig, Policy};
 
-use crate::checks::match_frames;
+use crate::checks::{match_frames, merge_split_data};
 use crate::driver::Harness;
 use crate::frame::{parse_frames, Frame};
 use crate::transport::{Buffering, Wire};
@@ -58,7 +58,7 @@ pub fn blocked_scheduled(client: Vec<u8>, soft: usize, hard: usize) -> Harness {
 pub fn delivered(h: &mut Harness, input: &[Frame]) -> (Vec<Frame>, Vec<usize>) {
     h.settle().unwrap();
     h.shutdown().unwrap();
-    let out = parse_frames(&h.output()).unwrap();
+    let out = merge_split_data(input, parse_frames(&h.output()).unwrap());
     let perm = match_frames(input, &out).unwrap();
     (out, perm)
 }

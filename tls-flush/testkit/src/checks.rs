@@ -1,6 +1,7 @@
 //! Checks on the recorded output, frame by frame: what the wrapper must output for what h2
 //! wrote ([`expected_frames`]), every stream's frames exactly once, in order, byte for byte
-//! ([`match_frames`], which also maps each output frame to its written index), header blocks
+//! ([`match_frames`], which also maps each output frame to its written index; DATA frames
+//! the wrapper split where a record ended are joined first, [`merge_split_data`]), header blocks
 //! contiguous and in HPACK order, SETTINGS barriers, control frames never behind later DATA,
 //! in-order policies keeping h2's order, the announcement changing only the first SETTINGS,
 //! and the counters ([`check_counters`]). Also the shape of what was written: whether it
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 
 use tls_flush::StatsSnapshot;
 
-use crate::frame::{Frame, ACK, CONTINUATION, HEADERS, NO_RFC7540_PRIORITIES};
+use crate::frame::{Frame, ACK, CONTINUATION, END_STREAM, HEADERS, NO_RFC7540_PRIORITIES};
 
 /// The frames the wrapper must output for `input`: the same frames, with
 /// SETTINGS_NO_RFC7540_PRIORITIES appended to the first non-ACK SETTINGS when announcing and
@@ -36,6 +37,65 @@ pub fn expected_frames(input: &[Frame], announce: bool) -> Vec<Frame> {
         }
     }
     out
+}
+
+/// `out` with the parts of each DATA frame the wrapper split where a record ended joined
+/// again, at the last part's place (where the frame was complete; what went between its
+/// parts overtook it): a DATA frame of `expected` may leave as several whose payloads, in
+/// order, make up its payload, with its flags on the last part (END_STREAM only there).
+/// Anything else is left as it is, for [`match_frames`] to judge; so are the parts of a
+/// frame that never completes.
+pub fn merge_split_data(expected: &[Frame], out: Vec<Frame>) -> Vec<Frame> {
+    let mut upcoming: HashMap<u32, std::collections::VecDeque<&Frame>> = HashMap::new();
+    for f in expected {
+        upcoming.entry(f.stream()).or_default().push_back(f);
+    }
+    let mut merged: Vec<Frame> = Vec::with_capacity(out.len());
+    // Per stream: the frame being joined, and its parts as they came.
+    let mut open: HashMap<u32, (Frame, Vec<Frame>)> = HashMap::new();
+    for f in out {
+        let stream = f.stream();
+        let want = upcoming.get(&stream).and_then(|q| q.front().copied());
+        if let (Some((joined, parts)), Some(want)) = (open.get_mut(&stream), want) {
+            let so_far = joined.payload.len();
+            if f.is_data() && want.payload[so_far..].starts_with(&f.payload) {
+                joined.payload.extend_from_slice(&f.payload);
+                joined.flags = f.flags;
+                parts.push(f);
+                if joined.payload.len() == want.payload.len() {
+                    let (joined, _) = open.remove(&stream).expect("open");
+                    merged.push(joined);
+                    upcoming.get_mut(&stream).map(|q| q.pop_front());
+                }
+                continue;
+            }
+        }
+        if let Some((_, parts)) = open.remove(&stream) {
+            merged.extend(parts);
+        }
+        let begins_split = want.is_some_and(|w| {
+            f.is_data()
+                && w.is_data()
+                && f.flags & END_STREAM == 0
+                && f.payload.len() < w.payload.len()
+                && w.payload.starts_with(&f.payload)
+        });
+        if begins_split {
+            open.insert(stream, (f.clone(), vec![f]));
+        } else {
+            if let Some(q) = upcoming.get_mut(&stream) {
+                q.pop_front();
+            }
+            merged.push(f);
+        }
+    }
+    let mut unfinished: Vec<(u32, Vec<Frame>)> = open
+        .into_iter()
+        .map(|(stream, (_, parts))| (stream, parts))
+        .collect();
+    unfinished.sort_by_key(|(stream, _)| *stream);
+    merged.extend(unfinished.into_iter().flat_map(|(_, parts)| parts));
+    merged
 }
 
 /// Maps each output frame to its index in `expected`, checking that every stream's frames

@@ -71,7 +71,7 @@ pub use checks::{
     check_control_not_overtaken, check_counters, check_first_settings_grew, check_header_blocks,
     check_header_blocks_to_end, check_in_order, check_settings_barriers, expected_frames,
     follows_header_grammar, inverted_data_frames, largest_header_unit, match_frames,
-    unfinished_block_at_end, CounterBounds, OutputEnd,
+    merge_split_data, unfinished_block_at_end, CounterBounds, OutputEnd,
 };
 pub use chromium::CHROMIUM_FLAGS;
 pub use driver::{Harness, Stream};

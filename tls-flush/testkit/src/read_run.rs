@@ -10,6 +10,7 @@ use tls_flush::StatsSnapshot;
 use crate::alloc::{memory_live, memory_mark, memory_peak};
 use crate::checks::{
     check_control_not_overtaken, check_header_blocks, check_settings_barriers, match_frames,
+    merge_split_data,
 };
 use crate::driver::{Harness, FUZZ_STALL_TIME};
 use crate::frame::{encode_all, parse_frames, Frame, PREFACE};
@@ -347,7 +348,7 @@ fn check_server_frames(h: &mut Harness, written: &[Frame]) -> Result<(), String>
         }
         return Ok(());
     }
-    let out = parse_frames(&output)?;
+    let out = merge_split_data(written, parse_frames(&output)?);
     let perm = match_frames(written, &out)?;
     check_header_blocks(&out, &perm)?;
     check_settings_barriers(&out, &perm)?;

@@ -12,7 +12,7 @@ use tls_flush::StatsSnapshot;
 use crate::checks::{
     check_control_not_overtaken, check_counters, check_first_settings_grew,
     check_header_blocks_to_end, check_in_order, check_settings_barriers, expected_frames,
-    follows_header_grammar, match_frames, unfinished_block_at_end, OutputEnd,
+    follows_header_grammar, match_frames, merge_split_data, unfinished_block_at_end, OutputEnd,
 };
 use crate::driver::{Harness, FUZZ_STALL_TIME};
 use crate::frame::{encode_all, parse_frames, Frame, HEADER_LEN};
@@ -200,7 +200,11 @@ pub fn check_delivery(
     unfinished: u64,
     s: &StatsSnapshot,
 ) -> Result<(Vec<Frame>, Vec<usize>), String> {
-    let out = parse_frames(&fin.output)?;
+    let raw = parse_frames(&fin.output)?;
+    // Each split adds a frame header.
+    let raw_frames = raw.len();
+    let out = merge_split_data(expected, raw);
+    let split_headers = (raw_frames - out.len()) * HEADER_LEN;
     if s.bytes_written != fin.output.len() as u64 {
         return Err(format!(
             "stats.bytes_written = {} but the transport accepted {} bytes",
@@ -209,7 +213,7 @@ pub fn check_delivery(
         ));
     }
     let perm = match_frames(expected, &out)?;
-    let expected_len: usize = expected.iter().map(Frame::wire_len).sum();
+    let expected_len: usize = expected.iter().map(Frame::wire_len).sum::<usize>() + split_headers;
     if fin.output.len() != expected_len {
         return Err(format!(
             "{} bytes output, {expected_len} expected",

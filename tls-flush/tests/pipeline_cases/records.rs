@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use tls_flush::{FlushConfig, Policy};
 use tls_flush_testkit::{
-    client_with_requests, comparable_preset, data, delivered, encode_all, response_headers,
-    settings_frame, started, Buffering, Event, Frame, Harness, SimulatedPath, Wire, ACK,
-    HEADER_LEN, MAX_RECORD,
+    client_with_requests, comparable_preset, data, delivered, encode_all, parse_frames, positions,
+    response_headers, settings_frame, started, Buffering, Event, Frame, Harness, SimulatedPath,
+    Wire, ACK, END_STREAM, HEADER_LEN, MAX_RECORD,
 };
 
 /// A transport that records every write and flush (`buffering` as given), the client
@@ -343,40 +343,62 @@ fn an_unpaced_path_takes_writes_of_four_records() {
     }
 }
 
-/// Behind a full window, the rest of a bulk DATA frame already begun leaves at once when a
-/// more urgent frame is queued after it: a frame cannot be cut short, so the write budget's
-/// wait would only hold the urgent one back (behind a competitor's deep queue, the rest of
-/// a 16 KiB frame paced by the ACK clock held an urgent response for 200 ms).
+/// Behind a full window, a bulk DATA frame that does not fit the record the write budget
+/// allows is split where the record ends, and an urgent response queued meanwhile goes
+/// ahead of its rest: nothing can go between the bytes of one frame, and behind a
+/// competitor's queue the rest of a 16 KiB frame paced by the ACK clock held a `late`
+/// critical response two round trips. `early-flush`, which reorders nothing, sends the whole
+/// frame first. Every frame arrives whole once the parts are joined.
 #[test]
-fn the_rest_of_a_begun_bulk_frame_does_not_wait_ahead_of_an_urgent_frame() {
-    let mut w = recording_wire(Buffering::Off, &[(1, Some("u=5, i")), (3, Some("u=0"))]);
-    // Four segments in congestion avoidance, nothing acknowledged while the test runs.
-    w.path = Some(SimulatedPath {
-        cwnd: 4,
-        mss: 1448,
-        min_rtt: Duration::from_millis(20),
-        delivery_rate: 1_000_000,
-        ssthresh: 2,
-        acked_per_read: 0,
-    });
-    // No anticipation: the bulk frame begins although the urgent request was read.
-    let mut h = started(comparable_preset(Policy::Scheduled).anticipate(None), w);
-    let settings = settings_frame(0, &[]).encode();
-    h.write_all(&settings).unwrap();
-    let bulk = encode_all(&[response_headers(1), data(1, 0, 16384, false)]);
-    h.write_all(&bulk).unwrap();
-    h.flush().unwrap();
-    let begun = h.wire.borrow().accepted.len();
-    assert!(
-        begun > settings.len() + HEADER_LEN + 1 && begun < settings.len() + bulk.len(),
-        "the window takes part of the bulk frame, the budget holds the rest: {begun}"
-    );
-    let urgent = encode_all(&[response_headers(3), data(3, 0, 100, true)]);
-    h.write_all(&urgent).unwrap();
-    h.flush().unwrap();
-    assert_eq!(
-        h.wire.borrow().accepted.len(),
-        settings.len() + bulk.len() + urgent.len(),
-        "the rest of the bulk frame and the urgent response follow at once"
-    );
+fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end() {
+    for (policy, overtakes) in [(Policy::Scheduled, true), (Policy::EarlyFlush, false)] {
+        let mut w = recording_wire(Buffering::Off, &[(1, Some("u=5, i")), (3, Some("u=0"))]);
+        // Four segments in congestion avoidance, nothing acknowledged while the test runs.
+        w.path = Some(SimulatedPath {
+            cwnd: 4,
+            mss: 1448,
+            min_rtt: Duration::from_millis(20),
+            delivery_rate: 1_000_000,
+            ssthresh: 2,
+            acked_per_read: 0,
+        });
+        // No anticipation: the bulk frame begins although the urgent request was read.
+        let mut h = started(comparable_preset(policy).anticipate(None), w);
+        let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+        input.push(data(1, 0, 16384, true));
+        h.write_all(&encode_all(&input)).unwrap();
+        h.flush().unwrap();
+        let urgent = [response_headers(3), data(3, 0, 100, true)];
+        h.write_all(&encode_all(&urgent)).unwrap();
+        h.flush().unwrap();
+        input.extend(urgent);
+        let out = parse_frames(&h.output()).unwrap();
+        let urgent_at = positions(&out, |f| f.stream() == 3 && f.is_data());
+        let bulk_parts = positions(&out, |f| f.stream() == 1 && f.is_data());
+        if overtakes {
+            assert_eq!(
+                urgent_at.len(),
+                1,
+                "{policy:?}: the urgent response is out: {out:?}"
+            );
+            let ahead: usize = bulk_parts.iter().map(|&p| out[p].payload.len()).sum();
+            assert!(
+                ahead < 16384 && bulk_parts.iter().all(|&p| out[p].flags & END_STREAM == 0),
+                "{policy:?}: only parts of the bulk frame went ahead: {out:?}"
+            );
+        } else {
+            assert!(
+                bulk_parts.first() < urgent_at.first() && out[bulk_parts[0]].payload.len() == 16384,
+                "{policy:?}: the whole bulk frame goes first: {out:?}"
+            );
+        }
+        // ACKs come back: everything leaves.
+        if let Some(path) = h.wire.borrow_mut().path.as_mut() {
+            path.acked_per_read = 1 << 30;
+        }
+        let (out, _) = delivered(&mut h, &input);
+        assert!(out
+            .iter()
+            .any(|f| f.stream() == 1 && f.payload.len() == 16384));
+    }
 }
