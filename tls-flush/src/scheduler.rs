@@ -131,6 +131,22 @@ struct Epoch {
     barrier: Option<QueuedFrame>,
 }
 
+/// Stream `id`'s queue in `streams`, a new one (from `spare` where there is one) at the
+/// stream's priority now if it has none.
+fn stream_queue<'a>(
+    streams: &'a mut HashMap<u32, StreamQueue>,
+    spare: &mut Vec<VecDeque<QueuedFrame>>,
+    id: u32,
+    priorities: &StreamPriorities,
+) -> &'a mut StreamQueue {
+    streams.entry(id).or_insert_with(|| StreamQueue {
+        frames: spare.pop().unwrap_or_default(),
+        priority: priorities.effective(id),
+        data_units: 0,
+        head: Head::None,
+    })
+}
+
 fn level(p: Priority) -> usize {
     usize::from(p.urgency.min(7))
 }
@@ -426,13 +442,7 @@ impl Queues {
             epoch.header_order.push_back((seq, id));
         }
         let is_data = unit.is_data();
-        let spare = &mut self.spare;
-        let q = epoch.streams.entry(id).or_insert_with(|| StreamQueue {
-            frames: spare.pop().unwrap_or_default(),
-            priority: priorities.effective(id),
-            data_units: 0,
-            head: Head::None,
-        });
+        let q = stream_queue(&mut epoch.streams, &mut self.spare, id, priorities);
         let was_empty = q.frames.is_empty();
         q.frames.push_back(unit);
         if is_data {
@@ -605,13 +615,7 @@ impl Queues {
             }
         };
         // The stream's queue may have gone with the popped frame.
-        let spare = &mut self.spare;
-        let q = epoch.streams.entry(id).or_insert_with(|| StreamQueue {
-            frames: spare.pop().unwrap_or_default(),
-            priority: priorities.effective(id),
-            data_units: 0,
-            head: Head::None,
-        });
+        let q = stream_queue(&mut epoch.streams, &mut self.spare, id, priorities);
         q.frames.push_front(rest);
         q.data_units += 1;
         let level = level(q.priority);
