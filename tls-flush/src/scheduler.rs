@@ -152,6 +152,14 @@ fn level(p: Priority) -> usize {
 }
 
 impl Epoch {
+    /// The epoch being served, indexed from the start.
+    fn served() -> Epoch {
+        Epoch {
+            indexed: true,
+            ..Epoch::default()
+        }
+    }
+
     fn is_drained(&self) -> bool {
         self.conn.is_empty() && self.streams.is_empty()
     }
@@ -413,14 +421,7 @@ impl Queues {
             return;
         }
         self.sync(priorities);
-        if self.epochs.is_empty() {
-            // The first push: the served epoch.
-            self.epochs.reserve_exact(1);
-            self.epochs.push_back(Epoch {
-                indexed: true,
-                ..Epoch::default()
-            });
-        }
+        self.open_served_epoch();
         let epoch = self
             .epochs
             .back_mut()
@@ -540,10 +541,7 @@ impl Queues {
             let barrier = self.epochs.pop_front().and_then(|e| e.barrier);
             match self.epochs.front_mut() {
                 Some(next) => next.build_index(priorities),
-                None => self.epochs.push_back(Epoch {
-                    indexed: true,
-                    ..Epoch::default()
-                }),
+                None => self.epochs.push_back(Epoch::served()),
             }
             // Back to one epoch, as on an idle connection: give back the room the barrier
             // made (four epochs' worth, about 2.5 KiB per connection otherwise kept for
@@ -593,6 +591,14 @@ impl Queues {
         Some((unit, Popped { overtook }))
     }
 
+    /// Before the first push (and the first requeue): the served epoch.
+    fn open_served_epoch(&mut self) {
+        if self.epochs.is_empty() {
+            self.epochs.reserve_exact(1);
+            self.epochs.push_back(Epoch::served());
+        }
+    }
+
     /// See [`Scheduler::requeue_front`].
     fn requeue_front(&mut self, rest: QueuedFrame, priorities: &mut StreamPriorities) {
         self.queued_bytes += rest.bytes.len();
@@ -604,16 +610,11 @@ impl Queues {
         self.sync(priorities);
         let id = rest.header.stream_id;
         let length = rest.bytes.len().saturating_sub(frame::HEADER_LEN) as u64;
-        let epoch = match self.epochs.front_mut() {
-            Some(epoch) => epoch,
-            None => {
-                self.epochs.push_back(Epoch {
-                    indexed: true,
-                    ..Epoch::default()
-                });
-                self.epochs.front_mut().expect("just pushed")
-            }
-        };
+        self.open_served_epoch();
+        let epoch = self
+            .epochs
+            .front_mut()
+            .expect("there is always a served epoch");
         // The stream's queue may have gone with the popped frame.
         let q = stream_queue(&mut epoch.streams, &mut self.spare, id, priorities);
         q.frames.push_front(rest);

@@ -40,15 +40,13 @@ pub(super) fn split_data(
     debug_assert!(is_splittable(&frame));
     let payload = frame.bytes.len().saturating_sub(HEADER_LEN);
     let first = room.saturating_sub(HEADER_LEN);
-    let (Ok(first_len), Ok(rest_len)) = (
-        u32::try_from(first),
-        u32::try_from(payload - first.min(payload)),
-    ) else {
-        return Err(frame);
-    };
     if first < MIN_SPLIT_PAYLOAD || first >= payload {
         return Err(frame);
     }
+    let (Ok(first_len), Ok(rest_len)) = (u32::try_from(first), u32::try_from(payload - first))
+    else {
+        return Err(frame);
+    };
     let head_header = FrameHeader {
         length: first_len,
         flags: frame.header.flags & !FLAG_END_STREAM,
