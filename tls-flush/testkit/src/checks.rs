@@ -51,26 +51,25 @@ pub fn merge_split_data(expected: &[Frame], out: Vec<Frame>) -> Vec<Frame> {
         upcoming.entry(f.stream()).or_default().push_back(f);
     }
     let mut merged: Vec<Frame> = Vec::with_capacity(out.len());
-    // Per stream: the frame being joined, and its parts as they came.
-    let mut open: HashMap<u32, (Frame, Vec<Frame>)> = HashMap::new();
+    // Per stream: the parts of the frame being joined, as they came.
+    let mut open: HashMap<u32, Vec<Frame>> = HashMap::new();
     for f in out {
         let stream = f.stream();
         let want = upcoming.get(&stream).and_then(|q| q.front().copied());
-        if let (Some((joined, parts)), Some(want)) = (open.get_mut(&stream), want) {
-            let so_far = joined.payload.len();
+        if let (Some(parts), Some(want)) = (open.get_mut(&stream), want) {
+            let so_far: usize = parts.iter().map(|p| p.payload.len()).sum();
             if f.is_data() && want.payload[so_far..].starts_with(&f.payload) {
-                joined.payload.extend_from_slice(&f.payload);
-                joined.flags = f.flags;
+                let complete = so_far + f.payload.len() == want.payload.len();
                 parts.push(f);
-                if joined.payload.len() == want.payload.len() {
-                    let (joined, _) = open.remove(&stream).expect("open");
-                    merged.push(joined);
+                if complete {
+                    let parts = open.remove(&stream).expect("open");
+                    merged.push(join_parts(parts));
                     upcoming.get_mut(&stream).map(|q| q.pop_front());
                 }
                 continue;
             }
         }
-        if let Some((_, parts)) = open.remove(&stream) {
+        if let Some(parts) = open.remove(&stream) {
             merged.extend(parts);
         }
         let begins_split = want.is_some_and(|w| {
@@ -81,7 +80,7 @@ pub fn merge_split_data(expected: &[Frame], out: Vec<Frame>) -> Vec<Frame> {
                 && w.payload.starts_with(&f.payload)
         });
         if begins_split {
-            open.insert(stream, (f.clone(), vec![f]));
+            open.insert(stream, vec![f]);
         } else {
             if let Some(q) = upcoming.get_mut(&stream) {
                 q.pop_front();
@@ -89,13 +88,22 @@ pub fn merge_split_data(expected: &[Frame], out: Vec<Frame>) -> Vec<Frame> {
             merged.push(f);
         }
     }
-    let mut unfinished: Vec<(u32, Vec<Frame>)> = open
-        .into_iter()
-        .map(|(stream, (_, parts))| (stream, parts))
-        .collect();
+    let mut unfinished: Vec<(u32, Vec<Frame>)> = open.into_iter().collect();
     unfinished.sort_by_key(|(stream, _)| *stream);
     merged.extend(unfinished.into_iter().flat_map(|(_, parts)| parts));
     merged
+}
+
+/// The parts of a split DATA frame as one frame: their payloads in order, the last part's
+/// flags.
+fn join_parts(parts: Vec<Frame>) -> Frame {
+    let mut parts = parts.into_iter();
+    let mut joined = parts.next().expect("a split frame has parts");
+    for part in parts {
+        joined.payload.extend_from_slice(&part.payload);
+        joined.flags = part.flags;
+    }
+    joined
 }
 
 /// Maps each output frame to its index in `expected`, checking that every stream's frames
