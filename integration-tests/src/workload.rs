@@ -46,7 +46,7 @@ mod tun_run;
 
 pub use path_figures::{bottleneck_share, fixture_body_bytes, goodput_mbit, PathFigures};
 pub(crate) use tun_run::{link_drops, start_cross, TunServer};
-pub use tun_run::{run_tun, run_tun_traced, TunRun};
+pub use tun_run::{run_tun, run_tun_clients, run_tun_traced, TunRun};
 
 /// Length of each background body ([`BACKGROUND_PATHS`]), the demo app's
 /// [`examples::responses::BG_LEN`].
@@ -373,6 +373,10 @@ pub struct RunResult {
     pub urgencies: Urgencies,
     /// Which repeat of the lab this run belongs to (0 outside the lab).
     pub repeat: usize,
+    /// Which of the run's clients this is: 0 but with several at once
+    /// ([`crate::tun::TunConfig::clients`]).
+    #[serde(default)]
+    pub client: usize,
     /// From the moment the critical request left the client to the first decrypted byte of
     /// its DATA (the first byte of its first non-empty DATA frame delivered above TLS).
     pub critical_first_byte_ms: f64,
@@ -739,6 +743,7 @@ fn measure(
         workload: Workload::Simultaneous,
         urgencies: Urgencies::Equal,
         repeat: 0,
+        client: 0,
         critical_first_byte_ms: ms(sent_at, frame.first_byte_at),
         critical_complete_ms: ms(sent_at, frame.last_byte_at),
         background_bytes_before_critical: background_bytes(&log.frames[..first]),

@@ -19,7 +19,8 @@ use integration_tests::tun::{
     self, CongestionControl, Side, TunConfig, TunLink, CLIENT_PREFIX, SERVER_ADDR, SERVER_PREFIX,
 };
 use integration_tests::workload::{
-    run_tun, Case, Urgencies, Workload, BACKGROUND_LEN, CRITICAL_LEN, LATE_THRESHOLD,
+    run_tun, run_tun_clients, Case, Urgencies, Workload, BACKGROUND_LEN, CRITICAL_LEN,
+    LATE_THRESHOLD,
 };
 use support::{have_root, median, run_alone, serial};
 
@@ -335,5 +336,44 @@ fn late_scheduled_run_through_the_tun_link_is_byte_exact() {
             .filter(|n| n.starts_with(CLIENT_PREFIX) || n.starts_with(SERVER_PREFIX))
             .collect();
         assert!(after.is_empty(), "left behind: {after:?}");
+    });
+}
+
+#[test]
+fn several_clients_share_one_server_and_the_link_each_byte_exact() {
+    if !have_root("several_clients_share_one_server_and_the_link_each_byte_exact") {
+        return;
+    }
+    run_alone(async {
+        const CLIENTS: usize = 4;
+        let config = TunConfig {
+            clients: CLIENTS,
+            ..lab_link(CongestionControl::Cubic)
+        };
+        let runs = run_tun_clients(
+            &Case::Scheduled,
+            Workload::Simultaneous,
+            Urgencies::Explicit,
+            &config,
+        )
+        .await
+        .unwrap();
+        assert_eq!(runs.len(), CLIENTS);
+        for (i, run) in runs.into_iter().enumerate() {
+            // `fixture` checked every body byte for byte.
+            let r = run.unwrap_or_else(|e| panic!("client {i}: {e}"));
+            assert_eq!(r.client, i);
+            assert!(r.wire_bytes > 2 * BACKGROUND_LEN + CRITICAL_LEN, "{r:?}");
+            // At once, not one after another: each gets about a quarter of the link.
+            let goodput = r.path.fixture_goodput_mbit;
+            assert!(
+                goodput < config.rate_mbit / 2.0,
+                "client {i}: {goodput} Mbit/s"
+            );
+            assert_eq!(
+                r.attribution.server_queued_bytes_at_request, None,
+                "not its own"
+            );
+        }
     });
 }

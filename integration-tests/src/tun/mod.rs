@@ -247,6 +247,10 @@ pub struct TunConfig {
     /// Bulk TCP flows of cross traffic ([`CrossTraffic`]) through the bottleneck during a
     /// lab run ([`crate::workload::run_tun`]); 0: none. The link itself does not start them.
     pub cross_flows: usize,
+    /// Clients that run a lab run's workload at once on one server, each on its own
+    /// connection ([`crate::workload::run_tun_clients`]); at least 1. The link itself does
+    /// not start them.
+    pub clients: usize,
 }
 
 impl Default for TunConfig {
@@ -273,6 +277,7 @@ impl TunConfig {
             rate_trace: None,
             seed: 0,
             cross_flows: 0,
+            clients: 1,
         }
     }
 
@@ -303,6 +308,7 @@ impl TunConfig {
             self.cc,
             self.describe_impairments(),
         ) + &self.describe_cross()
+            + &self.describe_clients()
     }
 
     /// `20 Mbit/s each way`, or each direction's rate trace (or rate).
@@ -359,6 +365,13 @@ impl TunConfig {
                 if n == 1 { "" } else { "s" },
                 CROSS_HEAD_START.as_secs_f64()
             ),
+        }
+    }
+
+    fn describe_clients(&self) -> String {
+        match self.clients {
+            0 | 1 => String::new(),
+            n => format!("; {n} clients at once, each on its own connection to one server"),
         }
     }
 

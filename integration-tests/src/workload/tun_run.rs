@@ -5,7 +5,9 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::{fixture, labelled, on_client_thread, run_limit, Case, RunResult, Urgencies, Workload};
+use super::{
+    fixture, labelled, on_client_thread, run_limit, Case, Measured, RunResult, Urgencies, Workload,
+};
 use crate::client::Trust;
 use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, ServerStats, TestServer};
@@ -60,13 +62,119 @@ pub async fn run_tun(
 /// through the same bottleneck from [`CROSS_HEAD_START`] before the client connects until
 /// it is done; the result's [`super::PathFigures`] then carry the fixture's
 /// `bottleneck_share`. A run whose cross traffic moved nothing in its head start, or
-/// failed before it was stopped, fails.
+/// failed before it was stopped, fails. [`TunConfig::clients`] must be 1 (see
+/// [`run_tun_clients`]).
 pub async fn run_tun_traced(
     case: &Case,
     workload: Workload,
     urgencies: Urgencies,
     config: &TunConfig,
 ) -> Result<TunRun, BoxError> {
+    if config.clients != 1 {
+        return Err(format!("a traced run has one client, not {}", config.clients).into());
+    }
+    let mut run = run_clients(case, workload, urgencies, config).await?;
+    let measured = run.clients.pop().expect("one client")?;
+    let mut result = run.figures(&measured, case, workload, urgencies);
+    if let Some(stats) = &run.server_stats {
+        result.attribution.from_server(&stats.connections());
+        result.path.from_server(stats);
+    }
+    Ok(TunRun {
+        result,
+        trace: run.trace,
+        link_started: run.link_started,
+        client_log: measured.measured.log,
+        handshake_records: measured.measured.handshake_records,
+        critical_stream: measured.measured.critical_stream,
+    })
+}
+
+/// Like [`run_tun`], with [`TunConfig::clients`] clients at once on one server, each on
+/// its own connection from its own thread in the client namespace, all starting together:
+/// one result per client (its [`RunResult::client`]), or that client's error (a client that
+/// fails or times out does not stop the others). The error of the whole run is for what
+/// every client needs (the link, the server, the cross traffic). With more than one client
+/// the server's per-connection figures ([`super::Attribution`]'s server side, the write
+/// budget's counters, retransmits) are left out, as no client can tell which connection was
+/// its own, and so is the link's queue at the request; `link_drops` counts the whole
+/// link's drops during the run, and a `bottleneck_share` counts the cross traffic against
+/// that client's bytes alone.
+pub async fn run_tun_clients(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    config: &TunConfig,
+) -> Result<Vec<Result<RunResult, BoxError>>, BoxError> {
+    if config.clients == 1 {
+        return Ok(vec![run_tun(case, workload, urgencies, config).await]);
+    }
+    let run = run_clients(case, workload, urgencies, config).await?;
+    Ok(run
+        .clients
+        .iter()
+        .enumerate()
+        .map(|(client, measured)| {
+            let measured = measured
+                .as_ref()
+                .map_err(|e| BoxError::from(e.to_string()))?;
+            Ok(RunResult {
+                client,
+                ..run.figures(measured, case, workload, urgencies)
+            })
+        })
+        .collect())
+}
+
+/// What every client of a run through the tun link saw, and the link and server figures
+/// gathered before they were torn down.
+struct ClientsRun {
+    /// Per client, in order: its measurement or its error (labelled).
+    clients: Vec<Result<ClientFigures, BoxError>>,
+    trace: Vec<PacketEvent>,
+    link_started: Instant,
+    /// Packets the link dropped while the clients ran.
+    drops: u64,
+    /// Ours only.
+    server_stats: Option<ServerStats>,
+}
+
+/// One client's measurement, and what the link and the cross traffic did meanwhile.
+struct ClientFigures {
+    measured: Measured,
+    /// The emulator's server-to-client queue when the critical request reached the server.
+    link_queue: Option<u64>,
+    /// What the cross traffic's sink received during the client's transfer.
+    cross_bytes: Option<u64>,
+}
+
+impl ClientsRun {
+    /// A client's figures, labelled with the cell, without the server's.
+    fn figures(
+        &self,
+        client: &ClientFigures,
+        case: &Case,
+        workload: Workload,
+        urgencies: Urgencies,
+    ) -> RunResult {
+        let mut result = labelled(client.measured.result.clone(), case, workload, urgencies);
+        result.attribution.link_queue_bytes_at_request = client.link_queue;
+        result.path.link_drops = Some(self.drops);
+        if let Some(bytes) = client.cross_bytes {
+            result.path.with_cross(workload, bytes);
+        }
+        result
+    }
+}
+
+/// Starts the link, the server and the cross traffic, runs [`TunConfig::clients`] clients
+/// at once, and tears everything down (also on an error).
+async fn run_clients(
+    case: &Case,
+    workload: Workload,
+    urgencies: Urgencies,
+    config: &TunConfig,
+) -> Result<ClientsRun, BoxError> {
     let label = format!("{case}/{workload}/{urgencies}");
     if let Case::External { addr, .. } = case {
         return Err(format!(
@@ -94,7 +202,6 @@ pub async fn run_tun_traced(
         }
     };
     let (addr, certificate) = server.endpoint();
-    let trust = Trust::Certificate(certificate);
     let server_stats = match &server {
         TunServer::InProcess { stats, .. } => Some(stats.clone()),
         TunServer::Peer(_) => None,
@@ -102,18 +209,25 @@ pub async fn run_tun_traced(
     let limit = run_limit(Some((config.rate_mbit, config.rtt)));
     let client_namespace = link.namespace(Side::Client).to_string();
     let drops_before = link_drops(&link);
-    let measured = on_client_thread(limit, Some(client_namespace), move || {
-        fixture(addr, trust, workload, urgencies)
-    })
+    let measured = futures_util::future::join_all((0..config.clients.max(1)).map(|_| {
+        let (namespace, trust) = (
+            client_namespace.clone(),
+            Trust::Certificate(certificate.clone()),
+        );
+        on_client_thread(limit, Some(namespace), move || {
+            fixture(addr, trust, workload, urgencies)
+        })
+    }))
     .await;
     let drops = link_drops(&link) - drops_before;
-    let cross_bytes = cross
-        .as_ref()
-        .zip(measured.as_ref().ok())
-        .map(|(cross, m)| {
+    let cross_bytes: Vec<Option<u64>> = measured
+        .iter()
+        .map(|m| {
+            let (cross, m) = (cross.as_ref()?, m.as_ref().ok()?);
             let (from, to) = m.transfer;
-            cross.received_between(from, to)
-        });
+            Some(cross.received_between(from, to))
+        })
+        .collect();
     // Stop the cross traffic (joins its threads: blocking).
     let cross_stopped = match cross {
         Some(cross) => tun::blocking(move || cross.stop()).await?.map(drop),
@@ -121,36 +235,39 @@ pub async fn run_tun_traced(
     };
     // Stop the server (waits for its thread or process: blocking), then remove the link.
     let stopped = tun::blocking(move || server.stop()).await?;
-    let measured = measured.map_err(|e| format!("{label}: {e}"));
-    let emulator = measured.as_ref().ok().map(|m| {
-        (
-            link.downstream_queue_after(m.sent_at),
-            link.trace(),
-            link.started_at(),
-        )
-    });
+    // The request that reached the link first after a client's critical request left is
+    // that request only when no other client shares the link.
+    let link_queues: Vec<Option<u64>> = measured
+        .iter()
+        .map(|m| {
+            let m = m.as_ref().ok().filter(|_| config.clients == 1)?;
+            link.downstream_queue_after(m.sent_at)
+        })
+        .collect();
+    let (trace, link_started) = (link.trace(), link.started_at());
     tun::blocking(move || drop(link)).await?;
-    let measured = measured?;
     stopped.map_err(|e| format!("{label}: stopping the server: {e}"))?;
     cross_stopped.map_err(|e| format!("{label}: cross traffic: {e}"))?;
-    let (link_queue, trace, link_started) = emulator.expect("measured");
-    let mut result = labelled(measured.result, case, workload, urgencies);
-    result.attribution.link_queue_bytes_at_request = link_queue;
-    if let Some(stats) = server_stats {
-        result.attribution.from_server(&stats.connections());
-        result.path.from_server(&stats);
-    }
-    result.path.link_drops = Some(drops);
-    if let Some(bytes) = cross_bytes {
-        result.path.with_cross(workload, bytes);
-    }
-    Ok(TunRun {
-        result,
+    let clients = measured
+        .into_iter()
+        .zip(link_queues.into_iter().zip(cross_bytes))
+        .enumerate()
+        .map(|(client, (m, (link_queue, cross_bytes)))| match m {
+            Ok(measured) => Ok(ClientFigures {
+                measured,
+                link_queue,
+                cross_bytes,
+            }),
+            Err(e) if config.clients > 1 => Err(format!("{label}: client {client}: {e}").into()),
+            Err(e) => Err(format!("{label}: {e}").into()),
+        })
+        .collect();
+    Ok(ClientsRun {
+        clients,
         trace,
         link_started,
-        client_log: measured.log,
-        handshake_records: measured.handshake_records,
-        critical_stream: measured.critical_stream,
+        drops,
+        server_stats,
     })
 }
 

@@ -287,6 +287,12 @@ pub struct LabArgs {
     /// while the fixture ran [default: 0, none].
     #[arg(long, value_name = "N")]
     pub cross: Option<usize>,
+    /// With --link tun only: N clients run each workload at once on one server, each on
+    /// its own connection, all starting together; every run then has N results (`client`
+    /// in the JSON), paired with stock's client of the same index. Not with --trace
+    /// [default: 1].
+    #[arg(long, value_name = "N")]
+    pub clients: Option<usize>,
 }
 
 /// What the lab runs.
@@ -369,6 +375,9 @@ impl LabConfig {
                             .into(),
                     );
                 }
+                if args.clients.is_some_and(|n| n != 1) {
+                    return Err("--clients applies to --link tun only".into());
+                }
                 if args.cross.is_some() {
                     return Err(
                         "--cross applies to --link tun only: the cross traffic runs between \
@@ -400,11 +409,21 @@ impl LabConfig {
                 }
                 tun.cc = args.cc.unwrap_or_default();
                 tun.cross_flows = args.cross.unwrap_or(0);
+                tun.clients = match args.clients.unwrap_or(1) {
+                    0 => return Err("--clients must be at least 1".into()),
+                    n if n > 1 && args.trace.is_some() => {
+                        return Err("--trace traces runs of one client (drop --clients)".into())
+                    }
+                    n => n,
+                };
                 crate::impairments::apply(args, &mut tun)?;
             }
         }
         let pages = crate::pages::page_plan(args)?;
         let first_request = first_request_plan(args)?;
+        if tun.clients > 1 && (pages.is_some() || first_request.is_some()) {
+            return Err("--clients applies to simultaneous, late and alone only".into());
+        }
         let case_names = match (&args.cases, &first_request, &pages) {
             (_, Some(_), _) => Vec::new(),
             (Some(names), None, _) => names.clone(),
@@ -867,6 +886,32 @@ pub(crate) mod tests {
         // The default run is ours only: it needs no peer.
         let default = LabConfig::from_args(&args(&[])).unwrap();
         assert!(default.cases.iter().all(|c| c.peer().is_none()));
+    }
+
+    #[test]
+    fn several_clients_are_tun_only_and_untraced() {
+        let config = LabConfig::from_args(&args(&["--link", "tun", "--clients", "20"])).unwrap();
+        assert_eq!(config.tun.clients, 20);
+        assert!(report_first_line(&config)
+            .ends_with("; 20 clients at once, each on its own connection to one server"));
+        for (flags, error) in [
+            (
+                &["--clients", "2"][..],
+                "--clients applies to --link tun only",
+            ),
+            (&["--link", "tun", "--clients", "0"], "at least 1"),
+            (
+                &["--link", "tun", "--clients", "2", "--trace", "t"],
+                "--trace traces runs of one",
+            ),
+            (
+                &["--link", "tun", "--clients", "2", "--workloads", "page-app"],
+                "simultaneous",
+            ),
+        ] {
+            let err = LabConfig::from_args(&args(flags)).unwrap_err().to_string();
+            assert!(err.contains(error), "{flags:?}: {err}");
+        }
     }
 
     #[test]

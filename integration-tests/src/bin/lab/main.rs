@@ -43,10 +43,10 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use integration_tests::tun;
-use integration_tests::workload::{run_once, run_tun_traced, Case};
+use integration_tests::workload::{run_once, run_tun_clients, run_tun_traced, Case, RunResult};
 use integration_tests::BoxError;
 
-use crate::args::{LabArgs, LabConfig, LinkMode};
+use crate::args::{LabArgs, LabConfig, LinkMode, Planned};
 use crate::outcome::{completed, RunOutcome};
 use crate::report::{render_report, to_json};
 use crate::svg::write_svg;
@@ -228,6 +228,19 @@ async fn run_lab(
             .map(|(dir, _)| dir);
         let run = match config.link_mode {
             LinkMode::Relay => run_once(&p.case, p.workload, p.urgencies, &config.link).await,
+            LinkMode::Tun if config.tun.clients > 1 => {
+                let tun = config.tun_for_repeat(p.repeat);
+                match run_tun_clients(&p.case, p.workload, p.urgencies, &tun).await {
+                    Ok(clients) => {
+                        for (client, run) in clients.into_iter().enumerate() {
+                            results.push(report_outcome(progress, &p, client, run));
+                        }
+                    }
+                    Err(e) => results.push(report_outcome(progress, &p, 0, Err(e))),
+                }
+                progress.inc(1);
+                continue;
+            }
             LinkMode::Tun => {
                 // The repeat's impairment seed and trace start, from --seed and the repeat.
                 let mut tun = config.tun_for_repeat(p.repeat);
@@ -245,18 +258,29 @@ async fn run_lab(
                     })
             }
         };
-        let outcome = RunOutcome::of(&p, run);
-        if let RunOutcome::Failed(failed) = &outcome {
-            progress.println(format!(
-                "lab: repeat {} did not complete: {}",
-                p.repeat + 1,
-                failed.error
-            ));
-        }
-        results.push(outcome);
+        results.push(report_outcome(progress, &p, 0, run));
         progress.inc(1);
     }
     results
+}
+
+/// The outcome of client `client` of the planned run `p`; a failure is printed above the
+/// progress bar.
+fn report_outcome(
+    progress: &ProgressBar,
+    p: &Planned,
+    client: usize,
+    run: Result<RunResult, BoxError>,
+) -> RunOutcome {
+    let outcome = RunOutcome::of(p, client, run);
+    if let RunOutcome::Failed(failed) = &outcome {
+        progress.println(format!(
+            "lab: repeat {} did not complete: {}",
+            p.repeat + 1,
+            failed.error
+        ));
+    }
+    outcome
 }
 
 /// Packets recorded per traced run (the first ones; a run of the fixture at 20 Mbit/s

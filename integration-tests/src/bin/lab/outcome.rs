@@ -21,6 +21,8 @@ pub struct FailedRun {
     pub urgencies: Urgencies,
     /// Which repeat.
     pub repeat: usize,
+    /// Which of the run's clients (0 but with `--clients`).
+    pub client: usize,
     /// Why it did not complete (a timeout reads `no result within ...`).
     pub error: String,
 }
@@ -35,11 +37,12 @@ pub enum RunOutcome {
 }
 
 impl RunOutcome {
-    /// The outcome of the planned run `p`, labelled with its repeat.
-    pub fn of(p: &Planned, run: Result<RunResult, BoxError>) -> RunOutcome {
+    /// The outcome of the planned run `p` for its `client`, labelled with its repeat.
+    pub fn of(p: &Planned, client: usize, run: Result<RunResult, BoxError>) -> RunOutcome {
         match run {
             Ok(mut result) => {
                 result.repeat = p.repeat;
+                result.client = client;
                 RunOutcome::Completed(Box::new(result))
             }
             Err(e) => RunOutcome::Failed(FailedRun {
@@ -47,6 +50,7 @@ impl RunOutcome {
                 workload: p.workload,
                 urgencies: p.urgencies,
                 repeat: p.repeat,
+                client,
                 error: e.to_string(),
             }),
         }
@@ -177,7 +181,7 @@ mod tests {
                     workload: r.workload,
                     urgencies: r.urgencies,
                 };
-                RunOutcome::of(&p, failed.map_or(Ok(r), |e| Err(e.into())))
+                RunOutcome::of(&p, 0, failed.map_or(Ok(r), |e| Err(e.into())))
             })
             .collect();
         (config, outcomes)

@@ -293,6 +293,7 @@ pub fn config_json(config: &LabConfig) -> serde_json::Value {
                 "mtu": config.tun.mtu,
                 "cc": config.tun.cc,
                 "cross_flows": config.tun.cross_flows,
+                "clients": config.tun.clients,
                 "impairments": crate::impairments::to_json(&config.tun),
                 "description": config.tun.describe(),
             }),

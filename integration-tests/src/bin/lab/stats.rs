@@ -227,21 +227,22 @@ pub fn explain(config: &LabConfig, results: &[RunResult]) -> Vec<ExplainRow> {
         .collect()
 }
 
-/// Paired differences against [`BASELINE`], formed within each repeat (empty when stock is
-/// not among the cases).
+/// Paired differences against [`BASELINE`], formed within each repeat (and, with several
+/// clients at once, between the clients of the same index; empty when stock is not among
+/// the cases).
 pub fn paired(config: &LabConfig, results: &[RunResult]) -> Vec<PairedRow> {
     config
         .cells()
         .into_iter()
         .filter(|(case, _, _)| case.name() != BASELINE)
         .filter_map(|(case, workload, urgencies)| {
-            let stock: BTreeMap<usize, &RunResult> =
+            let stock: BTreeMap<(usize, usize), &RunResult> =
                 cell_results(results, workload, urgencies, BASELINE)
-                    .map(|r| (r.repeat, r))
+                    .map(|r| ((r.repeat, r.client), r))
                     .collect();
             let pairs: Vec<(&RunResult, &RunResult)> =
                 cell_results(results, workload, urgencies, case.name())
-                    .filter_map(|r| stock.get(&r.repeat).map(|s| (r, *s)))
+                    .filter_map(|r| stock.get(&(r.repeat, r.client)).map(|s| (r, *s)))
                     .collect();
             let diff =
                 |f: &dyn Fn(&RunResult) -> f64| Spread::of(pairs.iter().map(|(r, s)| f(r) - f(s)));
@@ -281,6 +282,7 @@ pub(crate) mod tests {
             workload,
             urgencies: Urgencies::Explicit,
             repeat,
+            client: 0,
             critical_first_byte_ms: complete - 1.0,
             critical_complete_ms: complete,
             background_bytes_before_critical: bg,
@@ -377,6 +379,27 @@ pub(crate) mod tests {
         assert_eq!(rows[0].bottleneck_share, None, "no cross traffic");
         assert_eq!(rows[0].link_drops, None, "relay");
         assert_eq!(rows[0].server_retransmits, None);
+    }
+
+    #[test]
+    fn several_clients_pair_with_stock_s_client_of_the_same_index() {
+        let (config, mut results) = three_repeats();
+        // A second client in every run, 100 ms slower than the first.
+        let second: Vec<RunResult> = results
+            .iter()
+            .map(|r| RunResult {
+                client: 1,
+                critical_complete_ms: r.critical_complete_ms + 100.0,
+                ..r.clone()
+            })
+            .collect();
+        results.extend(second);
+        let pairs = paired(&config, &results);
+        assert_eq!(pairs[0].critical_complete_ms.n, 6, "two pairs per repeat");
+        // Client with client: the same differences twice; across clients they would differ.
+        assert_eq!(pairs[0].critical_complete_ms.min, -825.0);
+        assert_eq!(pairs[0].critical_complete_ms.max, -660.0);
+        assert_eq!(summarize(&config, &results)[0].critical_complete_ms.n, 6);
     }
 
     #[test]
