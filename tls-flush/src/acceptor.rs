@@ -24,7 +24,7 @@ use axum::Extension;
 use axum_server::accept::Accept;
 use tower::Layer;
 
-use crate::config::FlushConfig;
+use crate::config::{FlushConfig, SharedSetup};
 use crate::stats::ConnectionStats;
 use crate::stream::FlushStream;
 use crate::transport::Transport;
@@ -56,7 +56,7 @@ pub use half_rtt::{HalfRttTlsAcceptor, HalfRttTlsFuture};
 #[derive(Debug, Clone)]
 pub struct FlushAcceptor<A> {
     inner: A,
-    config: FlushConfig,
+    shared: SharedSetup,
 }
 
 impl<A> FlushAcceptor<A> {
@@ -69,7 +69,10 @@ impl<A> FlushAcceptor<A> {
     /// # }
     /// ```
     pub fn new(inner: A, config: FlushConfig) -> Self {
-        FlushAcceptor { inner, config }
+        FlushAcceptor {
+            inner,
+            shared: SharedSetup::new(config),
+        }
     }
 
     /// The inner acceptor.
@@ -96,7 +99,7 @@ where
     fn accept(&self, stream: I, service: S) -> Self::Future {
         FlushAcceptorFuture {
             inner: self.inner.accept(stream, service),
-            config: self.config.clone(),
+            shared: self.shared.clone(),
         }
     }
 }
@@ -107,7 +110,7 @@ pin_project_lite::pin_project! {
     pub struct FlushAcceptorFuture<F> {
         #[pin]
         inner: F,
-        config: FlushConfig,
+        shared: SharedSetup,
     }
 }
 
@@ -121,7 +124,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let (tls, service) = ready!(this.inner.poll(cx))?;
-        let stream = FlushStream::new(tls, this.config.clone());
+        let stream = FlushStream::with_shared(tls, this.shared);
         tracing::debug!(http2 = stream.is_http2(), "TLS established; wrapped");
         let service = Extension(stream.stats()).layer(service);
         Poll::Ready(Ok((stream, service)))

@@ -40,7 +40,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
 use crate::accept::{classify, handshake_within, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
-use crate::config::FlushConfig;
+use crate::config::{FlushConfig, SharedSetup};
 use crate::stats::{ConnectionStats, StatsSnapshot};
 use crate::stream::FlushStream;
 use crate::transport::Transport;
@@ -108,7 +108,7 @@ impl ListenerTls for TlsAcceptor {
 pub struct FlushListener<A: ListenerTls = TlsAcceptor> {
     tcp: TcpListener,
     acceptor: A,
-    config: FlushConfig,
+    shared: SharedSetup,
     handshake_timeout: Duration,
     max_pending: usize,
     pending: JoinSet<Handshake<A::Stream>>,
@@ -123,7 +123,7 @@ impl<A: ListenerTls> std::fmt::Debug for FlushListener<A> {
         // `TlsAcceptor` has no `Debug`.
         f.debug_struct("FlushListener")
             .field("tcp", &self.tcp)
-            .field("config", &self.config)
+            .field("config", &self.shared.config)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_pending_handshakes", &self.max_pending)
             .field("pending", &self.pending.len())
@@ -150,7 +150,7 @@ impl FlushListener {
     /// send those requests after the handshake) and logs a warning; accept early data with
     /// [`FlushListener::half_rtt`].
     pub fn new(tcp: TcpListener, acceptor: TlsAcceptor, config: FlushConfig) -> Self {
-        Self::with_acceptor(tcp, without_early_data(acceptor), config)
+        Self::with_acceptor(tcp, without_early_data(acceptor), SharedSetup::new(config))
     }
 }
 
@@ -172,11 +172,11 @@ fn without_early_data(acceptor: TlsAcceptor) -> TlsAcceptor {
 
 impl<A: ListenerTls> FlushListener<A> {
     /// A listener on `tcp` that handshakes with `acceptor`, its other settings default.
-    fn with_acceptor(tcp: TcpListener, acceptor: A, config: FlushConfig) -> Self {
+    fn with_acceptor(tcp: TcpListener, acceptor: A, shared: SharedSetup) -> Self {
         FlushListener {
             tcp,
             acceptor,
-            config,
+            shared,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             max_pending: DEFAULT_MAX_PENDING_HANDSHAKES,
             pending: JoinSet::new(),
@@ -284,7 +284,7 @@ impl<A: ListenerTls> FlushListener<A> {
     ) -> Option<(FlushStream<A::Stream>, SocketAddr)> {
         match joined {
             Ok((peer, Ok(tls))) => {
-                let stream = FlushStream::new(tls, self.config.clone());
+                let stream = FlushStream::with_shared(tls, &self.shared);
                 debug!(%peer, http2 = stream.is_http2(), "TLS established; wrapped");
                 Some((stream, peer))
             }

@@ -42,6 +42,8 @@
 //! # }
 //! ```
 
+use std::sync::{Arc, OnceLock};
+
 use ::metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, histogram, Counter, Histogram,
     Unit,
@@ -139,9 +141,9 @@ pub fn describe() {
     describe_gauge!(BUDGET_LIMIT, Unit::Bytes, "The memory budget's size");
 }
 
-/// One connection's handles on the process-wide metrics, named like the
+/// Handles on the process-wide metrics, named like the
 /// [`ConnectionStats`](crate::ConnectionStats) counters they follow. Registered once per
-/// connection, so that counting is an atomic add.
+/// server (see `SharedCounters`), so that counting is an atomic add.
 #[derive(Debug)]
 pub(crate) struct Handles {
     pub(crate) records_written: Counter,
@@ -163,10 +165,15 @@ pub(crate) struct Handles {
     pub(crate) queue_memory_high_water: Histogram,
 }
 
-impl Default for Handles {
-    /// A new connection: counted, and its handles registered.
-    fn default() -> Self {
+impl Handles {
+    /// A new connection's handles: `shared`'s, registered by the first connection that
+    /// shares them. The connection is counted.
+    pub(crate) fn for_connection(shared: &OnceLock<Arc<Handles>>) -> Arc<Handles> {
         counter!(CONNECTIONS).increment(1);
+        shared.get_or_init(|| Arc::new(Handles::register())).clone()
+    }
+
+    fn register() -> Self {
         Handles {
             records_written: counter!(RECORDS),
             bytes_written: counter!(BYTES_WRITTEN),

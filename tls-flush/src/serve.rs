@@ -47,7 +47,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn, Instrument};
 
 use crate::accept::{classify, AcceptError, Backoff, DEFAULT_HANDSHAKE_TIMEOUT};
-use crate::config::FlushConfig;
+use crate::config::{FlushConfig, SharedSetup};
 use crate::early_data::TooEarlyLayer;
 use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor};
 use crate::stats::StatsSnapshot;
@@ -249,7 +249,7 @@ async fn serve_one<S: HttpService>(
     let start = Box::new(Start {
         tcp,
         handshaker,
-        config,
+        shared: SharedSetup::new(config),
         service,
         handshake_timeout: settings.handshake_timeout,
         shutdown: None,
@@ -650,6 +650,7 @@ impl<S: HttpService> Serve<S> {
         } = self;
         let handshaker = Handshaker::new(acceptor, early_data, too_early);
         let builder = Arc::new(http_builder(&settings, &config));
+        let shared = SharedSetup::new(config);
         let mut signal = signal.unwrap_or_else(|| Box::pin(std::future::pending()));
         // `true` once the server shuts down; every connection task holds a receiver.
         let (shutdown, _) = watch::channel(false);
@@ -670,7 +671,7 @@ impl<S: HttpService> Serve<S> {
                         let start = Box::new(Start {
                             tcp,
                             handshaker: handshaker.clone(),
-                            config: config.clone(),
+                            shared: shared.clone(),
                             service: service.clone(),
                             handshake_timeout: settings.handshake_timeout,
                             shutdown: Some(shutdown.subscribe()),

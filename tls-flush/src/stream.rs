@@ -2,11 +2,12 @@
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::config::FlushConfig;
+use crate::config::{FlushConfig, SharedSetup};
 use crate::priorities::StreamPriorities;
 use crate::read_observer::{ReadObserver, Verdict};
 use crate::stats::ConnectionStats;
@@ -38,7 +39,7 @@ enum Mode {
 pub struct FlushStream<T> {
     io: T,
     mode: Mode,
-    config: FlushConfig,
+    config: Arc<FlushConfig>,
     priorities: StreamPriorities,
     read: ReadObserver,
     write: WritePath,
@@ -54,7 +55,13 @@ impl<T: Transport> FlushStream<T> {
     /// Without ALPN (plain TCP), the first bytes decide. Sets `TCP_NOTSENT_LOWAT` as
     /// configured; a failure to set it is logged, not fatal.
     pub fn new(io: T, config: FlushConfig) -> Self {
-        let stats = ConnectionStats::default();
+        FlushStream::with_shared(io, &SharedSetup::new(config))
+    }
+
+    /// [`Self::new`] with what the server's connections share.
+    pub(crate) fn with_shared(io: T, shared: &SharedSetup) -> Self {
+        let config = shared.config.clone();
+        let stats = ConnectionStats::sharing(&shared.counters);
         let mode = match io.alpn_protocol() {
             Some(b"h2") => Mode::Http2,
             Some(_) => Mode::PassThrough,

@@ -72,7 +72,7 @@ impl FlushListener {
         if let Some(why) = acceptor.refusal() {
             warn!(reason = ?why, "tls-flush: 0.5-RTT asked for, but early data is refused");
         }
-        let mut listener = FlushListener::with_acceptor(self.tcp, acceptor, self.config);
+        let mut listener = FlushListener::with_acceptor(self.tcp, acceptor, self.shared);
         listener.handshake_timeout = self.handshake_timeout;
         listener.max_pending = self.max_pending;
         listener

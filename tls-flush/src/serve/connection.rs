@@ -21,7 +21,7 @@ use tracing::{debug, warn};
 use super::{idle_for, shutdown_requested, ActivityClock, BoxError, HttpService, Tracked};
 use crate::accept::handshake_within;
 use crate::body_gate::{BodyGate, GatedService};
-use crate::config::FlushConfig;
+use crate::config::SharedSetup;
 use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarly, TooEarlyLayer};
 use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor, HalfRttStream};
 use crate::stats::{ConnectionStats, StatsSnapshot};
@@ -66,7 +66,7 @@ impl Handshaker {
 pub(super) struct Start<S> {
     pub(super) tcp: TcpStream,
     pub(super) handshaker: Handshaker,
-    pub(super) config: FlushConfig,
+    pub(super) shared: SharedSetup,
     pub(super) service: S,
     pub(super) handshake_timeout: Duration,
     pub(super) shutdown: Option<watch::Receiver<bool>>,
@@ -162,7 +162,7 @@ async fn open<S: HttpService>(
     let Start {
         tcp,
         handshaker,
-        config,
+        shared,
         service,
         handshake_timeout,
         mut shutdown,
@@ -182,7 +182,7 @@ async fn open<S: HttpService>(
             let tls = EarlyDataStream::new(tls);
             let early = tls.early_requests();
             let too_early = TooEarlyLayer::pass_through();
-            let (conn, stats) = wrap(tls, early, &too_early, config, service, builder);
+            let (conn, stats) = wrap(tls, early, &too_early, &shared, service, builder);
             (Serving::Rustls { conn }, stats)
         }
         Handshaker::HalfRtt(acceptor, too_early) => {
@@ -193,7 +193,7 @@ async fn open<S: HttpService>(
                 "handshake done or early data accepted"
             );
             let early = tls.early_requests();
-            let (conn, stats) = wrap(tls, early, &too_early, config, service, builder);
+            let (conn, stats) = wrap(tls, early, &too_early, &shared, service, builder);
             (Serving::HalfRtt { conn }, stats)
         }
     };
@@ -235,7 +235,7 @@ fn wrap<'a, T, S>(
     tls: T,
     early: EarlyRequests,
     too_early: &TooEarlyLayer,
-    config: FlushConfig,
+    shared: &SharedSetup,
     service: S,
     builder: &'a auto::Builder<TokioExecutor>,
 ) -> (HyperConnection<'a, T, S>, ConnectionStats)
@@ -243,8 +243,8 @@ where
     T: Transport + Send + 'static,
     S: HttpService,
 {
-    let schedule_bodies = config.schedule_bodies;
-    let stream = FlushStream::new(tls, config);
+    let schedule_bodies = shared.config.schedule_bodies;
+    let stream = FlushStream::with_shared(tls, shared);
     let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
     let stats = stream.stats();
     tracing::debug!(
