@@ -18,11 +18,29 @@ pub(crate) const PIECE: usize = MAX_RECORD_PAYLOAD;
 #[derive(Debug, Default)]
 pub(crate) struct FrameAssembler {
     header: [u8; HEADER_LEN],
-    header_len: usize,
-    /// The admitted frame being filled, its header already in the buffer.
-    current: Option<(FrameHeader, BytesMut)>,
-    /// The frame being streamed: its header, wire bytes not yet in a piece, the piece.
-    streaming: Option<(FrameHeader, usize, BytesMut)>,
+    /// Bytes of `header` received (at most [`HEADER_LEN`]).
+    header_len: u8,
+    filling: Filling,
+}
+
+/// The frame an assembler is filling, if any: one state, not two options (an idle
+/// connection keeps this inline).
+#[derive(Debug, Default)]
+enum Filling {
+    /// Between frames: the next header's bytes go to `header`.
+    #[default]
+    Header,
+    /// An admitted frame, its header already in the buffer.
+    Whole {
+        header: FrameHeader,
+        frame: BytesMut,
+    },
+    /// A streamed frame: its header, wire bytes not yet in a piece, the piece.
+    Streamed {
+        header: FrameHeader,
+        remaining: usize,
+        piece: BytesMut,
+    },
 }
 
 /// What one call to [`FrameAssembler::step`] did; each variant says how many input bytes
@@ -42,84 +60,103 @@ pub(crate) enum Step {
 impl FrameAssembler {
     /// True when no frame is partially received.
     pub(crate) fn is_idle(&self) -> bool {
-        self.header_len == 0 && self.current.is_none() && self.streaming.is_none()
+        self.header_len == 0 && matches!(self.filling, Filling::Header)
     }
 
     /// Memory held for a frame partly received: an admitted frame's whole length (its
     /// buffer is allocated at once), or a streamed frame's piece so far.
     pub(crate) fn pending_memory(&self) -> usize {
-        self.current.as_ref().map_or(0, |(h, _)| h.frame_len())
-            + self
-                .streaming
-                .as_ref()
-                .map_or(0, |(_, _, piece)| piece.len())
+        match &self.filling {
+            Filling::Header => 0,
+            Filling::Whole { header, .. } => header.frame_len(),
+            Filling::Streamed { piece, .. } => piece.len(),
+        }
     }
 
     /// True while a streamed frame's pieces are being cut.
     pub(crate) fn is_streaming(&self) -> bool {
-        self.streaming.is_some()
+        matches!(self.filling, Filling::Streamed { .. })
     }
 
     /// Consumes bytes until the next event.
     pub(crate) fn step(&mut self, buf: &[u8]) -> Step {
-        if let Some((header, remaining, piece)) = &mut self.streaming {
-            let target = PIECE.min(piece.len() + *remaining);
-            let n = (target - piece.len()).min(buf.len());
-            piece.extend_from_slice(&buf[..n]);
-            *remaining -= n;
-            if piece.len() < target {
-                return Step::NeedInput(n);
+        match &mut self.filling {
+            Filling::Streamed {
+                header,
+                remaining,
+                piece,
+            } => {
+                let target = PIECE.min(piece.len() + *remaining);
+                let n = (target - piece.len()).min(buf.len());
+                piece.extend_from_slice(&buf[..n]);
+                *remaining -= n;
+                if piece.len() < target {
+                    return Step::NeedInput(n);
+                }
+                let (header, last, bytes) = (*header, *remaining == 0, piece.split().freeze());
+                if last {
+                    self.filling = Filling::Header;
+                }
+                Step::Piece(n, header, bytes, last)
             }
-            let (header, last, bytes) = (*header, *remaining == 0, piece.split().freeze());
-            if last {
-                self.streaming = None;
+            Filling::Whole { header, frame } => {
+                let n = (header.frame_len() - frame.len()).min(buf.len());
+                frame.extend_from_slice(&buf[..n]);
+                if frame.len() < header.frame_len() {
+                    return Step::NeedInput(n);
+                }
+                let Filling::Whole { header, frame } = std::mem::take(&mut self.filling) else {
+                    unreachable!("matched above")
+                };
+                Step::Frame(n, header, frame.freeze())
             }
-            return Step::Piece(n, header, bytes, last);
-        }
-        if let Some((header, frame)) = &mut self.current {
-            let n = (header.frame_len() - frame.len()).min(buf.len());
-            frame.extend_from_slice(&buf[..n]);
-            if frame.len() < header.frame_len() {
-                return Step::NeedInput(n);
+            Filling::Header => {
+                let at = usize::from(self.header_len);
+                let n = (HEADER_LEN - at).min(buf.len());
+                self.header[at..at + n].copy_from_slice(&buf[..n]);
+                self.header_len += n as u8;
+                match FrameHeader::parse(&self.header[..at + n]) {
+                    Some(header) => Step::Header(n, header),
+                    None => Step::NeedInput(n),
+                }
             }
-            let (header, frame) = self.current.take().expect("checked above");
-            return Step::Frame(n, header, frame.freeze());
-        }
-        let n = (HEADER_LEN - self.header_len).min(buf.len());
-        self.header[self.header_len..self.header_len + n].copy_from_slice(&buf[..n]);
-        self.header_len += n;
-        match FrameHeader::parse(&self.header[..self.header_len]) {
-            Some(header) => Step::Header(n, header),
-            None => Step::NeedInput(n),
         }
     }
 
     /// Gives back the last `n` header bytes taken (a refused frame's, from the current
     /// write), so the caller can report them as not written.
     pub(crate) fn retreat(&mut self, n: usize) {
-        debug_assert!(self.current.is_none() && n <= self.header_len);
-        self.header_len -= n.min(self.header_len);
+        debug_assert!(matches!(self.filling, Filling::Header) && n <= usize::from(self.header_len));
+        self.header_len -= n.min(usize::from(self.header_len)) as u8;
     }
 
     /// Takes the frame whose header [`step`](Self::step) last reported, to be handed out
     /// in pieces rather than whole.
     pub(crate) fn admit_streaming(&mut self) {
-        let header = FrameHeader::parse(&self.header[..self.header_len])
-            .expect("a complete header is pending");
-        self.header_len = 0;
+        let header = self.take_header();
         let mut piece = BytesMut::with_capacity(PIECE.min(header.frame_len()));
         piece.extend_from_slice(&self.header);
-        self.streaming = Some((header, header.length as usize, piece));
+        self.filling = Filling::Streamed {
+            header,
+            remaining: header.length as usize,
+            piece,
+        };
     }
 
     /// Takes the frame whose header [`step`](Self::step) last reported.
     pub(crate) fn admit(&mut self) {
-        let header = FrameHeader::parse(&self.header[..self.header_len])
-            .expect("a complete header is pending");
-        self.header_len = 0;
+        let header = self.take_header();
         let mut frame = BytesMut::with_capacity(header.frame_len());
         frame.extend_from_slice(&self.header);
-        self.current = Some((header, frame));
+        self.filling = Filling::Whole { header, frame };
+    }
+
+    /// The complete header [`step`](Self::step) last reported; the next one starts anew.
+    fn take_header(&mut self) -> FrameHeader {
+        let header = FrameHeader::parse(&self.header[..usize::from(self.header_len)])
+            .expect("a complete header is pending");
+        self.header_len = 0;
+        header
     }
 }
 

@@ -54,12 +54,24 @@ const INITIAL_TABLE_SIZE: usize = 4096;
 const MAX_TABLE_SIZE: usize = 64 * 1024;
 
 pub(crate) struct PassiveDecoder {
-    decoder: Option<decoder::Decoder>,
+    decoder: Context,
     direction: &'static str,
     stats: ConnectionStats,
     /// The `priority` lines of the last block, joined; never longer than
     /// [`MAX_PRIORITY_VALUE`], whatever the block references.
     priority: Vec<u8>,
+}
+
+/// A direction's mirrored decoding context.
+enum Context {
+    /// No header block yet: the context is made at the first one, so that an idle
+    /// connection keeps 16 bytes per direction here instead of the context's 104.
+    NotYet {
+        table_size: usize,
+    },
+    Decoding(Box<decoder::Decoder>),
+    /// Decoding failed: the mirrored state is lost for good.
+    Failed,
 }
 
 /// Longest `priority` value the observers keep, all field lines of one header block joined
@@ -99,7 +111,7 @@ impl std::fmt::Debug for PassiveDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PassiveDecoder")
             .field("direction", &self.direction)
-            .field("enabled", &self.decoder.is_some())
+            .field("enabled", &self.is_enabled())
             .finish()
     }
 }
@@ -112,15 +124,24 @@ impl PassiveDecoder {
     /// A decoder whose dynamic table starts at `size` octets (RFC 7541 C.5 and C.6 use 256).
     fn with_table_size(direction: &'static str, stats: ConnectionStats, size: usize) -> Self {
         PassiveDecoder {
-            decoder: Some(decoder::Decoder::new(size, MAX_TABLE_SIZE)),
+            decoder: Context::NotYet { table_size: size },
             direction,
             stats,
             priority: Vec::new(),
         }
     }
 
+    /// The decoding context, once made and while it works.
+    #[cfg(test)]
+    fn context(&self) -> Option<&decoder::Decoder> {
+        match &self.decoder {
+            Context::Decoding(decoder) => Some(decoder),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_enabled(&self) -> bool {
-        self.decoder.is_some()
+        !matches!(self.decoder, Context::Failed)
     }
 
     /// Decodes one complete header block and returns its `priority` field: the values of
@@ -177,7 +198,19 @@ impl PassiveDecoder {
     }
 
     fn decode(&mut self, block: &[u8], field: impl FnMut(&[u8], &[u8])) -> Option<()> {
-        let result = self.decoder.as_mut()?.decode(block, field);
+        let decoder = match &mut self.decoder {
+            Context::Decoding(decoder) => decoder,
+            Context::Failed => return None,
+            Context::NotYet { table_size } => {
+                let decoder = Box::new(decoder::Decoder::new(*table_size, MAX_TABLE_SIZE));
+                self.decoder = Context::Decoding(decoder);
+                let Context::Decoding(decoder) = &mut self.decoder else {
+                    unreachable!("just set")
+                };
+                decoder
+            }
+        };
+        let result = decoder.decode(block, field);
         match result {
             Ok(()) => Some(()),
             Err(err) => {
@@ -189,7 +222,10 @@ impl PassiveDecoder {
 
     /// Stops decoding for good (the mirrored HPACK state is lost), once.
     pub(crate) fn give_up(&mut self, reason: &str) {
-        if self.decoder.take().is_some() {
+        if !matches!(
+            std::mem::replace(&mut self.decoder, Context::Failed),
+            Context::Failed
+        ) {
             self.stats.add_hpack_failure(1);
             tracing::warn!(
                 direction = self.direction,

@@ -35,8 +35,9 @@ pub(crate) struct WritePath {
     /// queue is empty, so that no unit can come between its pieces.
     streamed_tail: bool,
     hold: HoldClock,
-    /// A header block whose CONTINUATIONs are still arriving.
-    open_block: Option<(FrameHeader, BytesMut)>,
+    /// A header block whose CONTINUATIONs are still arriving (boxed: rare, and an idle
+    /// connection keeps this field inline).
+    open_block: Option<Box<(FrameHeader, BytesMut)>>,
     decoder: PassiveDecoder,
     scheduler: Scheduler,
     settings_sent: bool,
@@ -162,7 +163,7 @@ impl WritePath {
     /// Bytes taken from h2 and not yet handed to the transport.
     pub(crate) fn queued_bytes(&self) -> usize {
         self.scheduler.queued_bytes()
-            + self.open_block.as_ref().map_or(0, |(_, b)| b.len())
+            + self.open_block.as_ref().map_or(0, |open| open.1.len())
             + self.writer.current_remaining()
             + self.writer.unwritten()
     }
@@ -290,7 +291,8 @@ impl WritePath {
     /// CONTINUATIONs so far, all whole frames) as it is, in its place: when another frame
     /// interrupts it, and at shutdown, where nothing can finish it any more.
     pub(crate) fn queue_open_block(&mut self, priorities: &mut StreamPriorities) {
-        if let Some((first, block)) = self.open_block.take() {
+        if let Some(open) = self.open_block.take() {
+            let (first, block) = *open;
             let _ = observe_response_headers(first, &block, &mut self.decoder, priorities);
             self.scheduler.push(first, block.freeze(), priorities);
         }
@@ -485,7 +487,7 @@ impl WritePath {
         };
         if self
             .open_block
-            .as_ref()
+            .as_deref()
             .is_some_and(|open| !continues(open))
         {
             self.queue_open_block(priorities);
@@ -502,12 +504,13 @@ impl WritePath {
         let open_block = &mut self.open_block;
         let (unit_header, unit) = if header.kind == frame::CONTINUATION {
             match open_block.take() {
-                Some((first, mut block)) => {
-                    block.extend_from_slice(&bytes);
+                Some(mut open) => {
+                    open.1.extend_from_slice(&bytes);
                     if !header.end_headers() {
-                        *open_block = Some((first, block));
+                        *open_block = Some(open);
                         return;
                     }
+                    let (first, block) = *open;
                     (first, block.freeze())
                 }
                 // h2 never writes a stray CONTINUATION; pass it on untouched.
@@ -516,7 +519,7 @@ impl WritePath {
         } else if matches!(header.kind, frame::HEADERS | frame::PUSH_PROMISE)
             && !header.end_headers()
         {
-            *open_block = Some((header, BytesMut::from(&bytes[..])));
+            *open_block = Some(Box::new((header, BytesMut::from(&bytes[..]))));
             return;
         } else {
             (header, bytes)

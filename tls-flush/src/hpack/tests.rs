@@ -23,7 +23,7 @@ fn owned(fields: &[(&str, &str)]) -> Fields {
 
 /// The dynamic table (newest first) and its size.
 fn table_of(d: &PassiveDecoder) -> (Fields, usize) {
-    let t = d.decoder.as_ref().expect("decoder enabled").table();
+    let t = d.context().expect("decoder enabled").table();
     let entries = (0..t.len())
         .map(|i| {
             let (n, v) = t.get(i).unwrap();
@@ -318,7 +318,7 @@ fn integers() {
         d.fields(&[0x3f, 0x9a, 0x0a, 0x82]),
         Some(owned(&[(":method", "GET")]))
     );
-    assert_eq!(d.decoder.as_ref().unwrap().table().max_size(), 1337);
+    assert_eq!(d.context().unwrap().table().max_size(), 1337);
     // Truncated: no octet after a full prefix, or a continuation bit on the last octet.
     assert_eq!(error_of(&[0xff]), Error::IntegerTruncated);
     assert_eq!(error_of(&[0xff, 0x80]), Error::IntegerTruncated);
@@ -401,11 +401,11 @@ fn size_updates() {
         d.fields(&[0x20, 0x3f, 0xe1, 0x1f, 0x82]).map(|f| f.len()),
         Some(1)
     );
-    assert_eq!(d.decoder.as_ref().unwrap().table().max_size(), 4096);
+    assert_eq!(d.context().unwrap().table().max_size(), 4096);
     // Up to 64 KiB: 65536 = 31 + 97 + 127 * 128 + 3 * 16384.
     let max = [0x3f, 0xe1, 0xff, 0x03, 0x82];
     assert_eq!(d.fields(&max).map(|f| f.len()), Some(1));
-    assert_eq!(d.decoder.as_ref().unwrap().table().max_size(), 65536);
+    assert_eq!(d.context().unwrap().table().max_size(), 65536);
     assert_eq!(
         error_of(&[0x3f, 0xe2, 0xff, 0x03, 0x82]),
         Error::SizeUpdateTooLarge(65537)
@@ -473,4 +473,16 @@ fn priority_fields_in_every_representation() {
     // Indexed from the dynamic table in a later block.
     assert_eq!(d.priority_value(&[0x82, 0xbe]), Some(Some(b"u=1".to_vec())));
     assert_eq!(d.priority_value(&[0x82]), Some(None));
+}
+
+#[test]
+fn the_decoding_context_is_made_at_the_first_block() {
+    let mut d = PassiveDecoder::new("test", ConnectionStats::default());
+    assert!(d.context().is_none(), "an idle connection keeps none");
+    assert!(d.is_enabled());
+    assert_eq!(
+        d.fields(&[0x82]).unwrap(),
+        vec![(b":method".to_vec(), b"GET".to_vec())]
+    );
+    assert!(d.context().is_some());
 }
