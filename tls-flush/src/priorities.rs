@@ -66,6 +66,17 @@ pub(crate) struct Changes {
     overflowed: bool,
 }
 
+/// The armed holds of a connection: in a box of their own, made at the first hold and
+/// given back once the connection is idle, so that a connection that holds nothing keeps
+/// 8 bytes for them instead of 64.
+#[derive(Debug, Default)]
+struct Holds {
+    /// In arming order (so deadlines ascend): stream, urgency, deadline.
+    queue: VecDeque<(u32, u8, Instant)>,
+    /// Armed holds per urgency.
+    armed: [u32; 8],
+}
+
 /// Per-connection table of stream priorities.
 #[derive(Debug)]
 pub(crate) struct StreamPriorities {
@@ -76,10 +87,8 @@ pub(crate) struct StreamPriorities {
     max_open: usize,
     /// Highest client-initiated stream id seen: lower ids not in `open` are closed.
     highest_client_stream: u32,
-    /// Armed holds in arming order (so deadlines ascend): stream, urgency, deadline.
-    holds: VecDeque<(u32, u8, Instant)>,
-    /// Armed holds per urgency.
-    armed: [u32; 8],
+    /// The armed holds: made at the first one, given back at idle (see [`Holds`]).
+    holds: Option<Box<Holds>>,
     anticipate: Option<Duration>,
     changes: Changes,
     /// The most urgent request completed since [`take_completed`](Self::take_completed) last
@@ -101,8 +110,7 @@ impl StreamPriorities {
             max_early_updates,
             max_open,
             highest_client_stream: 0,
-            holds: VecDeque::new(),
-            armed: [0; 8],
+            holds: None,
             anticipate,
             changes: Changes::default(),
             completed: None,
@@ -167,14 +175,15 @@ impl StreamPriorities {
         let eligible = entry.hold == Hold::Idle
             && !entry.body_started
             && urgency < 7
-            && self.holds.len() < self.max_open;
+            && self.holds.as_ref().map_or(0, |h| h.queue.len()) < self.max_open;
         if !eligible {
             entry.hold = Hold::Done;
             return;
         }
         entry.hold = Hold::Armed(urgency);
-        self.armed[usize::from(urgency)] += 1;
-        self.holds.push_back((stream_id, urgency, now + bound));
+        let holds = self.holds.get_or_insert_with(Box::default);
+        holds.armed[usize::from(urgency)] += 1;
+        holds.queue.push_back((stream_id, urgency, now + bound));
     }
 
     /// The most urgent request completed since the last call (of equally urgent ones, the
@@ -215,7 +224,7 @@ impl StreamPriorities {
             || PriorityUpdate::parse(payload).map_or_else(|_| Priority::default(), |u| u.priority);
         if let Some(entry) = self.open.get_mut(&id) {
             entry.client = parse();
-            Self::relevel_hold(&mut self.armed, entry);
+            Self::relevel_hold(&mut self.holds, entry);
             Self::mark_changed(&mut self.changes, id, entry);
             return UpdateOutcome::Applied;
         }
@@ -252,7 +261,7 @@ impl StreamPriorities {
             let before = entry.pinned.apply_to(entry.client);
             entry.pinned = p;
             if p.apply_to(entry.client) != before {
-                Self::relevel_hold(&mut self.armed, entry);
+                Self::relevel_hold(&mut self.holds, entry);
                 Self::mark_changed(&mut self.changes, stream_id, entry);
             }
         }
@@ -268,7 +277,7 @@ impl StreamPriorities {
         if let Some(entry) = self.open.get_mut(&stream_id) {
             if !entry.body_started {
                 entry.body_started = true;
-                Self::disarm(&mut self.armed, entry);
+                Self::disarm(&mut self.holds, entry);
             }
         }
     }
@@ -276,7 +285,7 @@ impl StreamPriorities {
     /// The stream is finished (response ended, or reset in either direction).
     pub(crate) fn close(&mut self, stream_id: u32) {
         if let Some(mut entry) = self.open.remove(&stream_id) {
-            Self::disarm(&mut self.armed, &mut entry);
+            Self::disarm(&mut self.holds, &mut entry);
             // Its queued frames (if any) fall back to the default priority: a change only
             // when that is not the priority they are queued at already.
             if entry.pinned.apply_to(entry.client) == Priority::default() {
@@ -304,20 +313,26 @@ impl StreamPriorities {
 
     /// An armed hold follows its stream's priority: a response pinned more urgent (or a
     /// PRIORITY_UPDATE) makes DATA between the two urgencies wait for it too.
-    fn relevel_hold(armed: &mut [u32; 8], entry: &mut StreamEntry) {
-        if let Hold::Armed(u) = entry.hold {
+    /// An armed entry's hold counts at its new urgency (an armed entry has its `holds`).
+    fn relevel_hold(holds: &mut Option<Box<Holds>>, entry: &mut StreamEntry) {
+        if let (Hold::Armed(u), Some(holds)) = (entry.hold, holds) {
             let now = entry.pinned.apply_to(entry.client).urgency.min(7);
-            armed[usize::from(u)] -= 1;
-            armed[usize::from(now)] += 1;
+            holds.armed[usize::from(u)] -= 1;
+            holds.armed[usize::from(now)] += 1;
             entry.hold = Hold::Armed(now);
         }
     }
 
-    fn disarm(armed: &mut [u32; 8], entry: &mut StreamEntry) {
-        if let Hold::Armed(u) = entry.hold {
-            armed[usize::from(u)] -= 1;
+    fn disarm(holds: &mut Option<Box<Holds>>, entry: &mut StreamEntry) {
+        if let (Hold::Armed(u), Some(holds)) = (entry.hold, holds) {
+            holds.armed[usize::from(u)] -= 1;
         }
         entry.hold = Hold::Done;
+    }
+
+    /// The armed holds in arming order.
+    fn hold_queue(&self) -> impl Iterator<Item = &(u32, u8, Instant)> {
+        self.holds.iter().flat_map(|h| h.queue.iter())
     }
 
     /// Streams whose effective priority changed since the last call, each once; `true`
@@ -356,17 +371,19 @@ impl StreamPriorities {
     pub(crate) fn hold_deadline(&mut self, urgency: u8, now: Instant) -> Option<Instant> {
         self.prune_holds(now);
         self.may_hold(urgency)
-            .then(|| self.holds.front().map(|h| h.2))
+            .then(|| self.hold_queue().next().map(|h| h.2))
             .flatten()
     }
 
     /// True while a request more urgent than `urgency` may still hold DATA (its hold may
     /// have expired since): without one, nothing needs the clock.
     pub(crate) fn may_hold(&self, urgency: u8) -> bool {
-        self.armed
-            .iter()
-            .take(usize::from(urgency.min(8)))
-            .any(|&n| n > 0)
+        self.holds.as_ref().is_some_and(|h| {
+            h.armed
+                .iter()
+                .take(usize::from(urgency.min(8)))
+                .any(|&n| n > 0)
+        })
     }
 
     /// True while a complete request as urgent as `urgency` or more has an armed hold and no
@@ -375,8 +392,7 @@ impl StreamPriorities {
     /// requests of a page load often arrive together, all at the default urgency). At most
     /// `max_open` holds are looked at.
     pub(crate) fn may_hold_first_data(&self, urgency: u8) -> bool {
-        self.holds
-            .iter()
+        self.hold_queue()
             .any(|&(id, _, _)| self.awaits_first_response(id, urgency))
     }
 
@@ -384,8 +400,7 @@ impl StreamPriorities {
     /// looks for.
     pub(crate) fn first_data_deadline(&mut self, urgency: u8, now: Instant) -> Option<Instant> {
         self.prune_holds(now);
-        self.holds
-            .iter()
+        self.hold_queue()
             .find(|&&(id, _, _)| self.awaits_first_response(id, urgency))
             .map(|h| h.2)
     }
@@ -417,7 +432,9 @@ impl StreamPriorities {
 
     /// Drops expired and finished holds from the front (deadlines ascend).
     fn prune_holds(&mut self, now: Instant) {
-        while let Some(&(id, _, deadline)) = self.holds.front() {
+        while let Some((id, _, deadline)) =
+            self.holds.as_ref().and_then(|h| h.queue.front().copied())
+        {
             let entry = self.open.get_mut(&id);
             let armed = entry
                 .as_ref()
@@ -426,9 +443,11 @@ impl StreamPriorities {
                 return;
             }
             if let Some(entry) = entry {
-                Self::disarm(&mut self.armed, entry);
+                Self::disarm(&mut self.holds, entry);
             }
-            self.holds.pop_front();
+            if let Some(holds) = &mut self.holds {
+                holds.queue.pop_front();
+            }
         }
     }
 
@@ -444,8 +463,9 @@ impl StreamPriorities {
             return;
         }
         self.open.shrink_to_fit();
-        if self.holds.is_empty() {
-            self.holds.shrink_to_fit();
+        if self.holds.as_ref().is_some_and(|h| h.queue.is_empty()) {
+            // No stream is open: nothing is armed either.
+            self.holds = None;
         }
         if self.early_updates.is_empty() {
             self.early_updates.shrink_to_fit();
@@ -581,8 +601,15 @@ mod tests {
         // The most urgent of the completed requests, ties going to the latest.
         assert_eq!(t.take_completed(), Some((3, 0)));
         assert_eq!(t.take_completed(), None);
-        assert_eq!(t.armed, [0; 8]);
-        assert!(t.holds.is_empty());
+        let holds = t.holds.as_ref().expect("armed above");
+        assert_eq!(holds.armed, [0; 8]);
+        assert!(holds.queue.is_empty());
+        // Idle: the holds' box is given back, and made again at the next hold.
+        t.close(1);
+        t.close(3);
+        t.close(5);
+        t.release_idle();
+        assert!(t.holds.is_none());
     }
 
     #[test]
@@ -608,14 +635,16 @@ mod tests {
         t.response_body_started(3);
         assert_eq!(t.hold_deadline(3, now), None);
         assert!(!t.body_awaited(3, 1));
-        assert!(t.armed.iter().all(|&n| n <= 1), "{:?}", t.armed);
+        let armed = t.holds.as_ref().map(|h| h.armed).unwrap_or_default();
+        assert!(armed.iter().all(|&n| n <= 1), "{armed:?}");
         // A PRIORITY_UPDATE moves an armed hold too.
         t.open_request(5, Priority::parse("u=6"));
         t.request_complete(5);
         assert_eq!(t.hold_deadline(3, now), None);
         t.apply_update(0, &update(5, "u=1"));
         assert!(t.hold_deadline(3, now).is_some());
-        assert_eq!((t.armed[1], t.armed[6]), (1, 0));
+        let armed = t.holds.as_ref().map(|h| h.armed).unwrap_or_default();
+        assert_eq!((armed[1], armed[6]), (1, 0));
     }
 
     #[test]
@@ -635,7 +664,7 @@ mod tests {
             t.request_complete(id);
             t.close(id.saturating_sub(2));
         }
-        assert!(t.holds.len() <= 3);
+        assert!(t.hold_queue().count() <= 3);
     }
 
     #[test]
