@@ -20,18 +20,15 @@ const WINDOW: Duration = Duration::from_secs(1);
 
 /// Accounts hold time against the per-second budget and sleeps until a hold ends.
 pub(crate) struct HoldClock {
-    budget: Duration,
     window_start: Option<Instant>,
     spent: Duration,
     holding_since: Option<Instant>,
     timer: Timer,
-    stats: ConnectionStats,
 }
 
 impl std::fmt::Debug for HoldClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HoldClock")
-            .field("budget", &self.budget)
             .field("spent", &self.spent)
             .field("holding", &self.holding_since.is_some())
             .finish()
@@ -39,14 +36,12 @@ impl std::fmt::Debug for HoldClock {
 }
 
 impl HoldClock {
-    pub(crate) fn new(budget: Duration, stats: ConnectionStats) -> Self {
+    pub(crate) fn new() -> Self {
         HoldClock {
-            budget,
             window_start: None,
             spent: Duration::ZERO,
             holding_since: None,
             timer: Timer::default(),
-            stats,
         }
     }
 
@@ -56,8 +51,15 @@ impl HoldClock {
     }
 
     /// The read side wants DATA held until `wanted` (or not at all): returns until when it
-    /// is held, within the budget, and accounts the time.
-    pub(crate) fn update(&mut self, wanted: Option<Instant>, now: Instant) -> Option<Instant> {
+    /// is held, within `budget` per second, and accounts the time (a new hold counted in
+    /// `stats`).
+    pub(crate) fn update(
+        &mut self,
+        wanted: Option<Instant>,
+        now: Instant,
+        budget: Duration,
+        stats: &ConnectionStats,
+    ) -> Option<Instant> {
         let window_start = *self.window_start.get_or_insert(now);
         if now.saturating_duration_since(window_start) >= WINDOW {
             self.window_start = Some(now);
@@ -69,12 +71,12 @@ impl HoldClock {
         let held = self
             .holding_since
             .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
-        let remaining = self.budget.saturating_sub(self.spent + held);
+        let remaining = budget.saturating_sub(self.spent + held);
         match wanted {
             Some(until) if until > now && !remaining.is_zero() => {
                 if self.holding_since.is_none() {
                     self.holding_since = Some(now);
-                    self.stats.add_anticipation_hold(1);
+                    stats.add_anticipation_hold(1);
                     tracing::trace!(?until, "holding DATA for an urgent response");
                 }
                 Some(until.min(now + remaining))
@@ -102,35 +104,42 @@ mod tests {
     #[test]
     fn holds_stop_when_the_budget_of_the_window_is_spent() {
         let stats = ConnectionStats::default();
-        let mut clock = HoldClock::new(Duration::from_millis(100), stats.clone());
+        let mut clock = HoldClock::new();
+        let budget = Duration::from_millis(100);
         let t0 = Instant::now();
         let ms = Duration::from_millis;
-        assert_eq!(clock.update(Some(t0 + ms(5)), t0), Some(t0 + ms(5)));
+        assert_eq!(
+            clock.update(Some(t0 + ms(5)), t0, budget, &stats),
+            Some(t0 + ms(5))
+        );
         assert_eq!(stats.snapshot().anticipation_holds, 1);
         // Still holding later on: the budget caps the hold's end.
         assert_eq!(
-            clock.update(Some(t0 + ms(500)), t0 + ms(60)),
+            clock.update(Some(t0 + ms(500)), t0 + ms(60), budget, &stats),
             Some(t0 + ms(100))
         );
-        assert_eq!(clock.update(Some(t0 + ms(500)), t0 + ms(100)), None);
+        assert_eq!(
+            clock.update(Some(t0 + ms(500)), t0 + ms(100), budget, &stats),
+            None
+        );
         assert!(!clock.is_holding());
         assert_eq!(
-            clock.update(Some(t0 + ms(500)), t0 + ms(200)),
+            clock.update(Some(t0 + ms(500)), t0 + ms(200), budget, &stats),
             None,
             "spent"
         );
         // A new window, a new budget.
         assert_eq!(
-            clock.update(Some(t0 + ms(1050)), t0 + ms(1001)),
+            clock.update(Some(t0 + ms(1050)), t0 + ms(1001), budget, &stats),
             Some(t0 + ms(1050))
         );
-        assert_eq!(clock.update(None, t0 + ms(1010)), None);
+        assert_eq!(clock.update(None, t0 + ms(1010), budget, &stats), None);
         assert_eq!(stats.snapshot().anticipation_holds, 2);
     }
 
     #[tokio::test]
     async fn a_hold_sleeps_on_the_timer_without_waking_itself() {
-        let mut clock = HoldClock::new(Duration::from_millis(100), ConnectionStats::default());
+        let mut clock = HoldClock::new();
         let until = Instant::now() + Duration::from_millis(50);
         let wakes = std::sync::Arc::new(WakeCount::default());
         let waker = std::task::Waker::from(wakes.clone());

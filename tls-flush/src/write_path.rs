@@ -146,7 +146,7 @@ impl WritePath {
         WritePath {
             assembler: FrameAssembler::default(),
             streamed_tail: false,
-            hold: HoldClock::new(config.anticipation_budget, stats.clone()),
+            hold: HoldClock::new(),
             open_block: None,
             decoder: PassiveDecoder::new("response", stats.clone()),
             scheduler: Scheduler::new(ordering),

@@ -782,7 +782,9 @@ impl WritePath {
                     .flatten()
             })
         });
-        self.writer.hold_until = self.hold.update(wanted, now);
+        self.writer.hold_until =
+            self.hold
+                .update(wanted, now, config.anticipation_budget, &self.stats);
         self.writer.hold_until.is_some()
     }
 
