@@ -72,6 +72,7 @@ impl std::ops::Deref for Counters {
     }
 }
 
+/// A connection's counts, read by [`ConnectionStats::snapshot`].
 #[derive(Debug, Default)]
 struct Tallies {
     records_written: AtomicU64,

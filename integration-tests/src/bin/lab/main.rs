@@ -236,7 +236,14 @@ async fn run_lab(
                             results.push(report_outcome(progress, &p, client, run));
                         }
                     }
-                    Err(e) => results.push(report_outcome(progress, &p, 0, Err(e))),
+                    // What every client needed failed: each of them did not complete.
+                    Err(e) => {
+                        let error = e.to_string();
+                        for client in 0..config.tun.clients {
+                            let run = Err(error.clone().into());
+                            results.push(report_outcome(progress, &p, client, run));
+                        }
+                    }
                 }
                 progress.inc(1);
                 continue;
