@@ -109,18 +109,15 @@ pub async fn run_tun_clients(
     if config.clients == 1 {
         return Ok(vec![run_tun(case, workload, urgencies, config).await]);
     }
-    let run = run_clients(case, workload, urgencies, config).await?;
-    Ok(run
-        .clients
-        .iter()
+    let mut run = run_clients(case, workload, urgencies, config).await?;
+    let clients = std::mem::take(&mut run.clients);
+    Ok(clients
+        .into_iter()
         .enumerate()
         .map(|(client, measured)| {
-            let measured = measured
-                .as_ref()
-                .map_err(|e| BoxError::from(e.to_string()))?;
             Ok(RunResult {
                 client,
-                ..run.figures(measured, case, workload, urgencies)
+                ..run.figures(&measured?, case, workload, urgencies)
             })
         })
         .collect())

@@ -226,27 +226,23 @@ async fn run_lab(
             .as_ref()
             .filter(|(_, runs)| index < *runs)
             .map(|(dir, _)| dir);
-        let run = match config.link_mode {
-            LinkMode::Relay => run_once(&p.case, p.workload, p.urgencies, &config.link).await,
+        // One result per client (one client but with `--clients`).
+        let runs = match config.link_mode {
+            LinkMode::Relay => {
+                vec![run_once(&p.case, p.workload, p.urgencies, &config.link).await]
+            }
             LinkMode::Tun if config.tun.clients > 1 => {
                 let tun = config.tun_for_repeat(p.repeat);
                 match run_tun_clients(&p.case, p.workload, p.urgencies, &tun).await {
-                    Ok(clients) => {
-                        for (client, run) in clients.into_iter().enumerate() {
-                            results.push(report_outcome(progress, &p, client, run));
-                        }
-                    }
+                    Ok(clients) => clients,
                     // What every client needed failed: each of them did not complete.
                     Err(e) => {
                         let error = e.to_string();
-                        for client in 0..config.tun.clients {
-                            let run = Err(error.clone().into());
-                            results.push(report_outcome(progress, &p, client, run));
-                        }
+                        (0..tun.clients)
+                            .map(|_| Err(error.clone().into()))
+                            .collect()
                     }
                 }
-                progress.inc(1);
-                continue;
             }
             LinkMode::Tun => {
                 // The repeat's impairment seed and trace start, from --seed and the repeat.
@@ -254,7 +250,7 @@ async fn run_lab(
                 if trace_dir.is_some() {
                     tun.trace_packets = TRACE_PACKETS;
                 }
-                run_tun_traced(&p.case, p.workload, p.urgencies, &tun)
+                let run = run_tun_traced(&p.case, p.workload, p.urgencies, &tun)
                     .await
                     .and_then(|mut run| {
                         run.result.repeat = p.repeat;
@@ -262,10 +258,13 @@ async fn run_lab(
                             traces.push(write_trace_line(dir, index, &run, config)?);
                         }
                         Ok(run.result)
-                    })
+                    });
+                vec![run]
             }
         };
-        results.push(report_outcome(progress, &p, 0, run));
+        for (client, run) in runs.into_iter().enumerate() {
+            results.push(report_outcome(progress, &p, client, run));
+        }
         progress.inc(1);
     }
     results
