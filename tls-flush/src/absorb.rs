@@ -105,9 +105,8 @@ impl FrameAssembler {
                 if frame.len() < header.frame_len() {
                     return Step::NeedInput(n);
                 }
-                let Filling::Whole { header, frame } = std::mem::take(&mut self.filling) else {
-                    unreachable!("matched above")
-                };
+                let (header, frame) = (*header, std::mem::take(frame));
+                self.filling = Filling::Header;
                 Step::Frame(n, header, frame.freeze())
             }
             Filling::Header => {

@@ -198,17 +198,12 @@ impl PassiveDecoder {
     }
 
     fn decode(&mut self, block: &[u8], field: impl FnMut(&[u8], &[u8])) -> Option<()> {
-        let decoder = match &mut self.decoder {
-            Context::Decoding(decoder) => decoder,
-            Context::Failed => return None,
-            Context::NotYet { table_size } => {
-                let decoder = Box::new(decoder::Decoder::new(*table_size, MAX_TABLE_SIZE));
-                self.decoder = Context::Decoding(decoder);
-                let Context::Decoding(decoder) = &mut self.decoder else {
-                    unreachable!("just set")
-                };
-                decoder
-            }
+        if let Context::NotYet { table_size } = self.decoder {
+            let decoder = decoder::Decoder::new(table_size, MAX_TABLE_SIZE);
+            self.decoder = Context::Decoding(Box::new(decoder));
+        }
+        let Context::Decoding(decoder) = &mut self.decoder else {
+            return None;
         };
         let result = decoder.decode(block, field);
         match result {
