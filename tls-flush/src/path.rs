@@ -541,7 +541,17 @@ impl WriteBudget {
         let QueueOwner::Ours { judge_after } = self.queue else {
             return true;
         };
-        if judge_after.is_some_and(|t| now < t) || s.srtt.is_zero() {
+        // In the initial slow start the window doubles each round trip and builds a queue
+        // of its own on any slower link: the RTT cannot tell a competitor from that (on the
+        // Verizon LTE recording the test fired in slow start in every run, and in two of
+        // eight a `late` critical response met 35-40 KB of our own bytes queued at 1-1.3
+        // Mbit/s, 326 and 387 ms). A competitor that was there first is still there when
+        // slow start ends (against one filling a 1,000-packet queue the lift came seconds
+        // later).
+        if self.slow_start == SlowStart::Initial
+            || judge_after.is_some_and(|t| now < t)
+            || s.srtt.is_zero()
+        {
             return false;
         }
         let ours_at_most = Self::rtt_times(s.min_rtt, self.gain() + FOREIGN_QUEUE_MARGIN);

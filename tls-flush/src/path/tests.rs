@@ -310,11 +310,12 @@ fn a_growing_rate_keeps_the_startup_gain() {
     assert_eq!(budget.flat_rounds, 0);
 }
 
-/// A path with a smoothed RTT: 20 Mbit/s measured, the window well open, `unacked`
-/// segments in flight.
+/// A path with a smoothed RTT: 20 Mbit/s measured, the window well open and past its
+/// initial slow start, `unacked` segments in flight.
 fn queued(unacked: u32, srtt_ms: u64) -> PathState {
     PathState {
         srtt: Duration::from_millis(srtt_ms),
+        ssthresh: 300,
         ..path(400, unacked, 0, 2_500_000)
     }
 }
@@ -402,6 +403,28 @@ fn the_cap_returns_when_the_foreign_queue_is_gone() {
     let later = now + Duration::from_millis(500);
     let a = bulk_record(&mut budget, &queued(50, 22), later);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    assert_eq!(budget.cap_lifts(), 1);
+}
+
+#[test]
+fn the_initial_slow_start_never_lifts_the_cap() {
+    let t0 = Instant::now();
+    let (mut budget, now) = steady_budget(t0);
+    budget.slow_start = SlowStart::Initial;
+    // Slow start's own queue on a slower link: the RTT triples, and the cap holds.
+    let slow_start = PathState {
+        ssthresh: 0,
+        ..queued(50, 60)
+    };
+    let a = bulk_record(&mut budget, &slow_start, now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    assert_eq!(budget.cap_lifts(), 0);
+    // Once it ended, the same RTT is another flow's queue.
+    bulk_record(
+        &mut budget,
+        &queued(50, 60),
+        now + Duration::from_millis(10),
+    );
     assert_eq!(budget.cap_lifts(), 1);
 }
 
