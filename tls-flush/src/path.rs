@@ -18,7 +18,8 @@
 //!   a deep bottleneck queue does not fill with less urgent bytes under a loss-based
 //!   congestion control (cubic fills a 1,000-packet queue) and a fast path does not idle;
 //! - lifts that cap where the standing queue is someone else's: while the cap holds bytes
-//!   back, a smoothed RTT well above what the cap itself lets us queue (more than
+//!   back after the initial slow start (which builds a queue of its own on any slower
+//!   link), a smoothed RTT well above what the cap itself lets us queue (more than
 //!   `gain + 1/2` minimum RTTs) means another flow fills the bottleneck. Holding back cannot
 //!   drain that queue (a more urgent response waits behind it whatever we send) and only
 //!   hands our share to the other flow (a cubic download from `scheduled` got 0.55x stock's
