@@ -10,7 +10,9 @@
 //! - in each, a TUN device `tun0` (`IFF_TUN | IFF_NO_PI`: raw IP packets), MTU 1500 by
 //!   default, addressed [`CLIENT_ADDR`]`/30` (client) and [`SERVER_ADDR`]`/30` (server), so the
 //!   connected /30 route of each side goes through its TUN device. These addresses exist only
-//!   inside the two namespaces: no packet leaves them;
+//!   inside the two namespaces: no packet leaves them. Its transmit queue (the emulator's
+//!   input) holds [`DEVICE_TX_QUEUE`] packets, so that a stalled emulator thread delays
+//!   packets instead of dropping them outside the emulated link;
 //! - in each, `net.ipv4.tcp_congestion_control` set to [`TunConfig::cc`] (`cubic` or `bbr`),
 //!   `net.ipv4.tcp_no_metrics_save` set (no cached ssthresh from an earlier connection), and
 //!   IPv6 off (no router solicitations or MLD reports on the emulated wire);
@@ -150,6 +152,13 @@ pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 pub const PREFIX_LEN: u8 = 30;
 /// Name of the TUN device in each namespace.
 pub const DEVICE: &str = "tun0";
+/// Transmit queue of each TUN device, in packets: what the kernel holds for the emulator's
+/// reader. The default (500) is 10 ms of the loss test's 50 datagrams per ms; a reader
+/// descheduled longer on a loaded two-core CI machine lost 100-600 of 100,000 datagrams
+/// there, drops no emulated link makes. 10,000 is 200 ms of that stream, and 120 ms of
+/// full-size packets at 1 Gbit/s. TCP does not see this queue (the TUN driver orphans each
+/// packet as it enqueues it, so TCP Small Queues counts it as sent), only a late reader does.
+pub const DEVICE_TX_QUEUE: u32 = 10_000;
 /// Default queue limit per direction, in packets (netem's default `limit`).
 pub const DEFAULT_QUEUE_PACKETS: usize = 1000;
 /// Default MTU of the TUN devices.
@@ -494,7 +503,7 @@ impl TunLink {
                 &["-n", &name, "-batch", "-"],
                 Some(&format!(
                     "link set dev lo up\n\
-                     link set dev {DEVICE} mtu {mtu} up\n\
+                     link set dev {DEVICE} mtu {mtu} txqueuelen {DEVICE_TX_QUEUE} up\n\
                      address add {addr}/{PREFIX_LEN} dev {DEVICE}\n",
                     mtu = config.mtu,
                     addr = side.addr(),
