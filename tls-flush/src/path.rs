@@ -19,8 +19,11 @@
 //!   congestion control (cubic fills a 1,000-packet queue) and a fast path does not idle;
 //! - lifts that cap where the standing queue is someone else's: while the cap holds bytes
 //!   back after the initial slow start (which builds a queue of its own on any slower
-//!   link), a smoothed RTT well above what the cap itself lets us queue (more than
-//!   `gain + 1/2` minimum RTTs) means another flow fills the bottleneck. Holding back cannot
+//!   link, still standing for a round trip after it ends), a smoothed RTT well above what
+//!   our own bytes explain (`gain` minimum RTTs, the record beyond the cap at the measured
+//!   rate, and a few milliseconds of noise) means another flow fills the bottleneck. While
+//!   the cap holds, bulk records are at most a quarter of the BDP, so that at a low rate
+//!   our own record does not look like another flow's queue. Holding back cannot
 //!   drain that queue (a more urgent response waits behind it whatever we send) and only
 //!   hands our share to the other flow (a cubic download from `scheduled` got 0.55x stock's
 //!   throughput against a cubic competitor filling a 1,000-packet queue). The budget then
@@ -221,12 +224,20 @@ const STARTUP_GAIN: u64 = 200;
 const STEADY_GAIN: u64 = 125;
 /// Rounds without the rate growing by a quarter after which the pipe counts as full.
 const FULL_PIPE_ROUNDS: u8 = 3;
-/// How far (in percent of the minimum RTT) the smoothed RTT may exceed what the cap lets
-/// us queue ourselves (`gain x min RTT`) before the standing queue counts as another
-/// flow's: half a round trip, beyond the noise of delayed ACKs and a few milliseconds of
-/// jitter, and below the 1.5-3.5 min RTTs measured against a cubic competitor filling a
-/// 1,000-packet queue.
-const FOREIGN_QUEUE_MARGIN: u64 = 50;
+/// How far (in percent of the minimum RTT, and at most [`FOREIGN_QUEUE_NOISE_MAX`]) the
+/// smoothed RTT may exceed what our own bytes explain (`gain x min RTT`, and a record
+/// beyond the cap) before the standing queue counts as another flow's: the noise of
+/// delayed ACKs and a few milliseconds of jitter. With the record this is 0.5 min RTT on
+/// the lab's 20 ms link, as before records were sized to the BDP (the clean link's own
+/// smoothed RTT under the cap is about 30 ms of a 39 ms threshold).
+const FOREIGN_QUEUE_NOISE: u64 = 25;
+/// The noise does not grow with the RTT beyond this: behind a competitor's 1,000-packet
+/// queue the minimum RTT was 170 ms, and half of it (85 ms) held the cap for a second
+/// while the queue grew (the download ended 0.965x stock's goodput).
+const FOREIGN_QUEUE_NOISE_MAX: Duration = Duration::from_millis(10);
+/// While the cap holds, bulk records take at most this fraction (1/n) of the BDP: a
+/// record beyond the cap is then a quarter round trip of our own queue at most.
+const CAPPED_RECORD_BDP_SHARE: usize = 4;
 /// How long the cap stays lifted for a queue that is not ours before the budget restrains
 /// again to see whether it has become ours (BBR's ProbeRTT interval).
 pub const SHARED_QUEUE_RETEST: Duration = Duration::from_secs(10);
@@ -424,15 +435,29 @@ impl WriteBudget {
         let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).
+        let mut record_margin = target;
         let mut pipe = match self.cap(s, now) {
-            Some(cap) => (cap + target + self.drained_in(TIMER_SLACK))
-                .saturating_sub(s.in_flight_bytes() + notsent),
+            Some(cap) => {
+                // At a low rate a full record is a long queue of its own (16 KiB is 94 ms
+                // at 175 kB/s): once the rate is known, records of at most a quarter of
+                // the BDP keep what the cap lets us queue near the cap itself, so that the
+                // foreign-queue test can tell our queue from another flow's sooner. Not in
+                // startup, where the rate samples lag the window and a full record beyond
+                // the cap is what lets slow start grow (with a quarter of the BDP it took
+                // a second to reach 30 segments behind a competitor's queue).
+                if self.pipe_is_full() {
+                    record_margin = target.min(self.capped_record(s, mss));
+                    record = record.min(record_margin);
+                }
+                (cap + record_margin + self.drained_in(TIMER_SLACK))
+                    .saturating_sub(s.in_flight_bytes() + notsent)
+            }
             None => usize::MAX,
         };
         // Less than a record queued needs room for what is queued only; the record may
         // still fill up while it is built.
         let needed = record.min(available.max(1));
-        if pipe < needed && self.queue_is_foreign(s, now) {
+        if pipe < needed && self.queue_is_foreign(s, record_margin, now) {
             pipe = usize::MAX;
         }
         if kernel.min(pipe) >= needed {
@@ -453,8 +478,9 @@ impl WriteBudget {
     }
 
     fn observe_rate(&mut self, s: &PathState, now: Instant) {
-        if !s.in_slow_start() {
+        if !s.in_slow_start() && self.slow_start == SlowStart::Initial {
             self.slow_start = SlowStart::Over;
+            self.let_own_queue_drain(s, now);
         }
         if !s.srtt.is_zero() && (self.quiet_rtt.is_zero() || s.srtt < self.quiet_rtt) {
             self.quiet_rtt = s.srtt;
@@ -463,14 +489,31 @@ impl WriteBudget {
         match self.round {
             None => self.round = Some((now, self.max_rate)),
             Some((start, before)) if now.saturating_duration_since(start) >= s.min_rtt => {
+                let was_full = self.pipe_is_full();
                 if self.max_rate * 4 >= before * 5 {
                     self.flat_rounds = 0;
                 } else {
                     self.flat_rounds = self.flat_rounds.saturating_add(1);
                 }
                 self.round = Some((now, self.max_rate));
+                if !was_full && self.pipe_is_full() {
+                    self.let_own_queue_drain(s, now);
+                }
             }
             Some(_) => {}
+        }
+    }
+
+    /// Called where the cap shrinks (the initial slow start ended, or the startup gain gave
+    /// way to the steady one): the queue we built under the larger one is still standing,
+    /// and ours, so it gets a round trip to drain before the foreign-queue test judges. On
+    /// the lab's clean 20 ms link the startup gain left an srtt of 45 ms, above the line for
+    /// the steady gain, and the cap lifted in about half the runs.
+    fn let_own_queue_drain(&mut self, s: &PathState, now: Instant) {
+        if let QueueOwner::Ours { .. } = self.queue {
+            self.queue = QueueOwner::Ours {
+                judge_after: Some(now + s.srtt + s.min_rtt),
+            };
         }
     }
 
@@ -514,6 +557,12 @@ impl WriteBudget {
         Some((self.bdp(s) as u128 * u128::from(self.gain()) / 100).min(usize::MAX as u128) as usize)
     }
 
+    /// The largest bulk record while the cap holds: a [`CAPPED_RECORD_BDP_SHARE`] of the
+    /// bandwidth-delay product, at least a segment's payload.
+    fn capped_record(&self, s: &PathState, mss: usize) -> usize {
+        (self.bdp(s) / CAPPED_RECORD_BDP_SHARE).max(mss.saturating_sub(RECORD_OVERHEAD).max(1))
+    }
+
     /// The bandwidth-delay product: the highest delivery rate times the path's RTT.
     fn bdp(&self, s: &PathState) -> usize {
         drained_at(self.max_rate, self.path_rtt(s))
@@ -538,7 +587,8 @@ impl WriteBudget {
 
     /// Called while the cap holds bytes back: true (and the cap lifted) when the smoothed
     /// RTT shows a standing queue longer than the cap lets us build, so another flow's.
-    fn queue_is_foreign(&mut self, s: &PathState, now: Instant) -> bool {
+    /// `record_margin` is what the cap lets us queue beyond it for the next record.
+    fn queue_is_foreign(&mut self, s: &PathState, record_margin: usize, now: Instant) -> bool {
         let QueueOwner::Ours { judge_after } = self.queue else {
             return true;
         };
@@ -555,7 +605,12 @@ impl WriteBudget {
         {
             return false;
         }
-        let ours_at_most = Self::rtt_times(s.min_rtt, self.gain() + FOREIGN_QUEUE_MARGIN);
+        // The most our own bytes explain: the cap's gain, and the record beyond it with
+        // what drains during a timer wait, at the rate the cap was sized on.
+        let own_margin = record_margin + self.drained_in(TIMER_SLACK);
+        let ours_at_most = Self::rtt_times(s.min_rtt, self.gain())
+            + Duration::from_secs_f64(own_margin as f64 / self.max_rate.max(1) as f64)
+            + Self::rtt_times(s.min_rtt, FOREIGN_QUEUE_NOISE).min(FOREIGN_QUEUE_NOISE_MAX);
         if s.srtt <= ours_at_most + TIMER_SLACK {
             return false;
         }

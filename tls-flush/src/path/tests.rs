@@ -8,6 +8,9 @@ const MSS: u32 = 1448;
 /// A full record of bulk DATA with nothing unsent: eleven segments on the wire, the most
 /// that fit in `RECORD` (see `segment_aligned`).
 const BULK_RECORD: usize = 11 * MSS as usize - RECORD_OVERHEAD;
+/// A bulk record while the cap holds once the rate stopped growing: a quarter of the
+/// 50,000-byte BDP (12,500 bytes), eight whole segments.
+const CAPPED_RECORD: usize = 8 * MSS as usize - RECORD_OVERHEAD;
 
 /// The allowance for a full bulk record (not urgent) with a full record queued.
 fn bulk_record(budget: &mut WriteBudget, path: &PathState, now: Instant) -> Allowance {
@@ -236,11 +239,13 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
         let now = t0 + Duration::from_millis(21 * round);
         bulk_record(&mut budget, &path(400, 10, 0, rate), now);
     }
+    // Records are now a quarter of the BDP at most, so that what the cap lets us queue
+    // beyond it stays small.
     let now = t0 + Duration::from_millis(100);
-    assert!(matches!(
+    assert_eq!(
         bulk_record(&mut budget, &path(400, 40, 0, rate), now),
-        Allowance::Record(BULK_RECORD)
-    ));
+        Allowance::Record(CAPPED_RECORD)
+    );
     let a = bulk_record(&mut budget, &path(400, 50, 0, rate), now);
     assert!(
         matches!(a, Allowance::Wait(_)),
@@ -287,11 +292,12 @@ fn a_fast_path_keeps_what_drains_during_a_timer_wait() {
         bulk_record(&mut budget, &fast(400, 10), now);
     }
     // 60 segments (86,880 bytes) in flight: over 1.25 x BDP, but a timer wait of up to
-    // 2 ms drains 25,000 bytes, more than the 0.25 x BDP above it; a record still goes.
+    // 2 ms drains 25,000 bytes, more than the 0.25 x BDP above it; a record (a quarter of
+    // the BDP: ten segments) still goes.
     let now = t0 + Duration::from_millis(30);
     assert_eq!(
         bulk_record(&mut budget, &fast(400, 60), now),
-        Allowance::Record(BULK_RECORD)
+        Allowance::Record(10 * MSS as usize - RECORD_OVERHEAD)
     );
     // Past that slack as well: wait.
     let a = bulk_record(&mut budget, &fast(400, 80), now);
@@ -320,7 +326,8 @@ fn queued(unacked: u32, srtt_ms: u64) -> PathState {
     }
 }
 
-/// A budget past its startup (gain 1.25) with a 20 Mbit/s rate, at `t0 + 100 ms`.
+/// A budget past its startup (gain 1.25) with a 20 Mbit/s rate, at `t0 + 200 ms` (the queue of its
+/// startup had a round trip to drain).
 fn steady_budget(t0: Instant) -> (WriteBudget, Instant) {
     steady_budget_with_srtt(t0, 20)
 }
@@ -333,7 +340,7 @@ fn steady_budget_with_srtt(t0: Instant, srtt_ms: u64) -> (WriteBudget, Instant) 
         let now = t0 + Duration::from_millis(21 * round);
         bulk_record(&mut budget, &queued(10, srtt_ms), now);
     }
-    (budget, t0 + Duration::from_millis(100))
+    (budget, t0 + Duration::from_millis(200))
 }
 
 #[test]
@@ -379,7 +386,7 @@ fn a_queue_another_flow_fills_lifts_the_cap() {
     // share: the record goes.
     assert_eq!(
         bulk_record(&mut budget, &queued(50, 60), now),
-        Allowance::Record(BULK_RECORD)
+        Allowance::Record(CAPPED_RECORD)
     );
     assert_eq!(budget.cap_lifts(), 1);
     // Without the cap, only the congestion window limits, as for stock: far more in flight
@@ -407,6 +414,75 @@ fn the_cap_returns_when_the_foreign_queue_is_gone() {
 }
 
 #[test]
+fn at_a_low_rate_a_foreign_queue_is_told_by_what_our_own_records_explain() {
+    // Behind a competitor's 1,000-packet queue: a minimum RTT of 170 ms, our share
+    // 175 kB/s (BDP 29,750 bytes), the rate flat. Records beyond the cap are a quarter of
+    // the BDP (five segments), so our own bytes explain at most 1.25 x 170 ms + 44 ms,
+    // and with 10 ms of noise a smoothed RTT of 275 ms is another flow's queue (half the
+    // minimum RTT of noise and a 16 KiB record put the line at 300 ms).
+    let rate = 175_000;
+    let behind = |unacked, srtt_ms| PathState {
+        min_rtt: Duration::from_millis(170),
+        srtt: Duration::from_millis(srtt_ms),
+        ssthresh: 30,
+        ..path(60, unacked, 0, rate)
+    };
+    let t0 = Instant::now();
+    let mut budget = WriteBudget::default();
+    budget.set_congestion(CongestionControl::LossBased);
+    for round in 0..=3 {
+        bulk_record(
+            &mut budget,
+            &behind(10, 170),
+            t0 + Duration::from_millis(171 * round),
+        );
+    }
+    let now = t0 + Duration::from_secs(1);
+    let capped = 5 * MSS as usize - RECORD_OVERHEAD;
+    // 30 segments (43,440 bytes) are over the cap and its record: with 255 ms, what our
+    // own bytes explain, they wait ...
+    let a = bulk_record(&mut budget, &behind(30, 255), now);
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    assert_eq!(budget.cap_lifts(), 0);
+    // ... with 275 ms the queue is not ours.
+    assert_eq!(
+        bulk_record(&mut budget, &behind(30, 275), now),
+        Allowance::Record(capped)
+    );
+    assert_eq!(budget.cap_lifts(), 1);
+}
+
+#[test]
+fn the_queue_of_the_startup_gain_drains_before_the_steady_gain_judges() {
+    // Startup (gain 2) let 45 ms of our own queue stand on the 20 ms path; the rate is
+    // flat, and at 63 ms the third flat round drops the gain to 1.25, whose line (about
+    // 39 ms) that queue is above. It is ours: no lift for a round trip (45 + 20 ms) ...
+    let t0 = Instant::now();
+    let mut budget = WriteBudget::default();
+    budget.set_congestion(CongestionControl::LossBased);
+    bulk_record(&mut budget, &queued(10, 20), t0);
+    for round in 1..=3 {
+        let now = t0 + Duration::from_millis(21 * round);
+        bulk_record(&mut budget, &queued(60, 45), now);
+    }
+    assert_eq!(budget.gain(), STEADY_GAIN);
+    let a = bulk_record(
+        &mut budget,
+        &queued(60, 45),
+        t0 + Duration::from_millis(120),
+    );
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    assert_eq!(budget.cap_lifts(), 0);
+    // ... after which a queue that did not drain is another flow's.
+    bulk_record(
+        &mut budget,
+        &queued(60, 45),
+        t0 + Duration::from_millis(130),
+    );
+    assert_eq!(budget.cap_lifts(), 1);
+}
+
+#[test]
 fn the_initial_slow_start_never_lifts_the_cap() {
     let t0 = Instant::now();
     let (mut budget, now) = steady_budget(t0);
@@ -419,11 +495,19 @@ fn the_initial_slow_start_never_lifts_the_cap() {
     let a = bulk_record(&mut budget, &slow_start, now);
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     assert_eq!(budget.cap_lifts(), 0);
-    // Once it ended, the same RTT is another flow's queue.
-    bulk_record(
+    // Once it ended, its queue gets a round trip (60 + 20 ms) to drain ...
+    let a = bulk_record(
         &mut budget,
         &queued(50, 60),
         now + Duration::from_millis(10),
+    );
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    assert_eq!(budget.cap_lifts(), 0);
+    // ... and after it the same RTT is another flow's queue.
+    bulk_record(
+        &mut budget,
+        &queued(50, 60),
+        now + Duration::from_millis(91),
     );
     assert_eq!(budget.cap_lifts(), 1);
 }
@@ -454,7 +538,7 @@ fn a_lifted_cap_is_tested_again_after_the_retest_interval() {
             &queued(50, 60),
             retest + Duration::from_millis(81)
         ),
-        Allowance::Record(BULK_RECORD)
+        Allowance::Record(CAPPED_RECORD)
     );
     assert_eq!(budget.cap_lifts(), 2);
 }
@@ -559,7 +643,7 @@ fn in_loss_recovery_the_cap_counts_what_is_in_the_network() {
     assert_eq!(recovering.in_flight_segments(), 20);
     assert_eq!(
         bulk_record(&mut budget, &recovering, now),
-        Allowance::Record(BULK_RECORD)
+        Allowance::Record(CAPPED_RECORD)
     );
 }
 

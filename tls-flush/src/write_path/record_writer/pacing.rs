@@ -80,6 +80,7 @@ impl WritePath {
             srtt_us = state.srtt.as_micros() as u64,
             delivery_rate = state.delivery_rate,
             gain = self.writer.budget.gain(),
+            cap_lifts = self.writer.budget.cap_lifts(),
             available,
             urgent,
             ?allowance,
