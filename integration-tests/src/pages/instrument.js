@@ -183,7 +183,9 @@
   function timings() {
     const seen = new Set();
     const out = [];
-    for (const entry of performance.getEntriesByType('resource')) {
+    // The document first: its requestStart is when the connection (TCP and TLS) was ready.
+    const entries = performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource'));
+    for (const entry of entries) {
       const path = pathOf(entry.name);
       if (seen.has(path)) continue;
       seen.add(path);

@@ -119,7 +119,8 @@ pub struct PageLoad {
     /// The later `responseEnd` of the background downloads whose end the page measures
     /// (page-demo's two); `None` on the other pages.
     pub bulk_end_ms: Option<f64>,
-    /// The measured document's resources' Resource Timing, in start order.
+    /// The measured document's Navigation Timing (its `requestStart` is when TCP and TLS
+    /// were ready), then its resources' Resource Timing, in start order.
     pub timings: Vec<ResourceTiming>,
     /// Every resource received, with its length and hash (page-busy: both tabs').
     pub resources: Vec<LoadedResource>,
