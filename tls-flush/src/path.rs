@@ -227,9 +227,9 @@ const FULL_PIPE_ROUNDS: u8 = 3;
 /// How far (in percent of the minimum RTT, and at most [`FOREIGN_QUEUE_NOISE_MAX`]) the
 /// smoothed RTT may exceed what our own bytes explain (`gain x min RTT`, and a record
 /// beyond the cap) before the standing queue counts as another flow's: the noise of
-/// delayed ACKs and a few milliseconds of jitter. With the record this is 0.5 min RTT on
-/// the lab's 20 ms link, as before records were sized to the BDP (the clean link's own
-/// smoothed RTT under the cap is about 30 ms of a 39 ms threshold).
+/// delayed ACKs and a few milliseconds of jitter. With the record the line sits about
+/// 0.6 min RTT above the gain on the lab's 20 ms link (0.5 before records were sized to the
+/// BDP): the clean link's own smoothed RTT under the cap is about 30 ms of a 39 ms line.
 const FOREIGN_QUEUE_NOISE: u64 = 25;
 /// The noise does not grow with the RTT beyond this: behind a competitor's 1,000-packet
 /// queue the minimum RTT was 170 ms, and half of it (85 ms) held the cap for a second
@@ -609,7 +609,7 @@ impl WriteBudget {
         // what drains during a timer wait, at the rate the cap was sized on.
         let own_margin = record_margin + self.drained_in(TIMER_SLACK);
         let ours_at_most = Self::rtt_times(s.min_rtt, self.gain())
-            + Duration::from_secs_f64(own_margin as f64 / self.max_rate.max(1) as f64)
+            + time_to_drain(own_margin, self.max_rate)
             + Self::rtt_times(s.min_rtt, FOREIGN_QUEUE_NOISE).min(FOREIGN_QUEUE_NOISE_MAX);
         if s.srtt <= ours_at_most + TIMER_SLACK {
             return false;
@@ -635,8 +635,7 @@ impl WriteBudget {
         if deficit == 0 {
             return Duration::ZERO;
         }
-        let secs = deficit as f64 / rate.max(1) as f64;
-        Duration::from_secs_f64(secs).clamp(Duration::from_millis(1), s.min_rtt)
+        time_to_drain(deficit, rate).clamp(Duration::from_millis(1), s.min_rtt)
     }
 }
 
@@ -659,6 +658,12 @@ fn segment_aligned(record: usize, notsent: usize, mss: usize) -> usize {
 /// Bytes `rate` (bytes per second) moves in `d`.
 fn drained_at(rate: u64, d: Duration) -> usize {
     (rate as u128 * d.as_micros() / 1_000_000).min(usize::MAX as u128) as usize
+}
+
+/// How long `rate` (bytes per second, at least one) takes to move `bytes`: the inverse of
+/// [`drained_at`].
+fn time_to_drain(bytes: usize, rate: u64) -> Duration {
+    Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64)
 }
 
 #[cfg(test)]

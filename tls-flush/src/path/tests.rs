@@ -326,8 +326,8 @@ fn queued(unacked: u32, srtt_ms: u64) -> PathState {
     }
 }
 
-/// A budget past its startup (gain 1.25) with a 20 Mbit/s rate, at `t0 + 200 ms` (the queue of its
-/// startup had a round trip to drain).
+/// A budget past its startup (gain 1.25) with a 20 Mbit/s rate, at `t0 + 200 ms` (the
+/// queue of its startup had a round trip to drain).
 fn steady_budget(t0: Instant) -> (WriteBudget, Instant) {
     steady_budget_with_srtt(t0, 20)
 }
