@@ -38,7 +38,8 @@ mod shares;
 
 #[cfg(feature = "serve")]
 pub(crate) use shares::cost_bits;
-use shares::{UrgencyShares, DEFAULT_URGENCY};
+use shares::UrgencyShares;
+pub(crate) use shares::DEFAULT_URGENCY;
 
 /// One schedulable unit: a frame, or a whole header block (HEADERS + CONTINUATIONs).
 #[derive(Debug, Clone)]

@@ -6,7 +6,9 @@
 //! Stock hyper (and the wrapper without body scheduling, wherever its queue is full) sends
 //! the two streams one frame each in turn, so about as many download bytes as urgent ones
 //! arrive in between; with body scheduling, only what h2 had already buffered for the
-//! download. Every byte of both bodies is checked.
+//! download. The same holds for a shorter response of the download's own urgency (at or
+//! below the default, known lengths go shortest first), except for the download's
+//! sixteenth. Every byte of both bodies is checked.
 
 mod serve_support;
 
@@ -42,8 +44,8 @@ const STREAM_WINDOW: u32 = 256 * 1024;
 /// Body chunks of `/bytes/{len}`: tower-http's `ServeDir` reads files in chunks of this size.
 const CHUNK: usize = 64 * 1024;
 
-/// `/bytes/{len}`: `len` pattern bytes in [`CHUNK`]s, each ready at once (a file in the
-/// page cache).
+/// `/bytes/{len}`: `len` pattern bytes in [`CHUNK`]s, each ready at once, with their
+/// `Content-Length` (a file in the page cache, as `ServeDir` sends it).
 fn app() -> Router {
     Router::new().route(
         "/bytes/{len}",
@@ -52,7 +54,10 @@ fn app() -> Router {
             let chunks = (0..len.div_ceil(CHUNK)).map(move |i| {
                 Ok::<_, Infallible>(all.slice(i * CHUNK..((i + 1) * CHUNK).min(len)))
             });
-            Body::from_stream(futures_util::stream::iter(chunks))
+            (
+                [(http::header::CONTENT_LENGTH, len)],
+                Body::from_stream(futures_util::stream::iter(chunks)),
+            )
         }),
     )
 }
@@ -155,9 +160,9 @@ fn request(len: usize, priority: &str) -> Request<()> {
         .unwrap()
 }
 
-/// The download's DATA bytes the client received between the urgent response's first and
-/// last DATA frame.
-async fn download_bytes_amid_urgent(server: Server) -> usize {
+/// The download's (`u=5`) DATA bytes the client received between the first and last DATA
+/// frame of a shorter response at `priority`, asked for once the download is under way.
+async fn download_bytes_amid(server: Server, priority: &str) -> usize {
     let (addr, client) = start(server).await;
     let tcp = within("connect", TcpStream::connect(addr)).await.unwrap();
     let tls = within("TLS", connect_as_localhost(client, tcp))
@@ -180,7 +185,7 @@ async fn download_bytes_amid_urgent(server: Server) -> usize {
     let mut downloaded = read_unreleased(&mut download, STREAM_WINDOW as usize).await;
 
     let mut send = within("h2 ready", send.ready()).await.unwrap();
-    let (urgent, _) = send.send_request(request(URGENT, "u=1"), true).unwrap();
+    let (urgent, _) = send.send_request(request(URGENT, priority), true).unwrap();
     let urgent = within("urgent", urgent).await.unwrap();
     download
         .flow_control()
@@ -211,12 +216,13 @@ async fn download_bytes_amid_urgent(server: Server) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_urgent_response_overtakes_a_download_at_its_source() {
-    let stock = download_bytes_amid_urgent(Server::Stock).await;
-    let unscheduled = download_bytes_amid_urgent(Server::Ours(|| {
-        FlushConfig::default().schedule_bodies(false)
-    }))
+    let stock = download_bytes_amid(Server::Stock, "u=1").await;
+    let unscheduled = download_bytes_amid(
+        Server::Ours(|| FlushConfig::default().schedule_bodies(false)),
+        "u=1",
+    )
     .await;
-    let scheduled = download_bytes_amid_urgent(Server::Ours(FlushConfig::default)).await;
+    let scheduled = download_bytes_amid(Server::Ours(FlushConfig::default), "u=1").await;
     eprintln!(
         "download bytes amid the {URGENT}-byte urgent response: stock {stock}, \
          scheduled without body scheduling {unscheduled}, scheduled {scheduled}"
@@ -227,6 +233,22 @@ async fn an_urgent_response_overtakes_a_download_at_its_source() {
     // per-stream send buffer under `serve`, 128 KiB, and a chunk) and when it ended; the
     // download's sixteenth-per-level share is nothing at u=1 against u=5. Measured 160-260
     // KiB; stock 2.9-3.5 MiB, the wrapper without body scheduling 3.7-4.4 MiB.
+    assert!(
+        scheduled < URGENT / 4,
+        "scheduled interleaved {scheduled} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_response_of_the_same_urgency_overtakes_a_download_at_its_source() {
+    let stock = download_bytes_amid(Server::Stock, "u=5").await;
+    let scheduled = download_bytes_amid(Server::Ours(FlushConfig::default), "u=5").await;
+    eprintln!(
+        "download bytes amid the {URGENT}-byte shorter response: stock {stock}, \
+         scheduled {scheduled}"
+    );
+    assert!(stock > URGENT / 2, "stock interleaved only {stock} bytes");
+    // The download's sixteenth of the level (256 KiB) and what h2 had buffered for it.
     assert!(
         scheduled < URGENT / 4,
         "scheduled interleaved {scheduled} bytes"

@@ -157,7 +157,7 @@ mod tests {
     fn gated(gate: &BodyGate, urgency: u8, frames: Frames) -> GatedBody<Source> {
         GatedBody::new(
             StreamBody::new(futures_util::stream::iter(frames)),
-            Some(gate.register(urgency)),
+            Some(gate.register(urgency, None)),
         )
     }
 

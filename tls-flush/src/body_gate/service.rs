@@ -72,8 +72,23 @@ where
         let response = ready!(this.inner.poll(cx))?;
         let ticket = this.gate.take().map(|(gate, requested)| {
             let effective = PriorityParams::from_headers(response.headers()).apply_to(requested);
-            gate.register(effective.urgency)
+            gate.register(effective.urgency, body_length(&response))
         });
         Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket))))
     }
+}
+
+/// The length of `response`'s body, where it is known: the body's exact size hint, else its
+/// `Content-Length` (tower-http's `ServeDir` streams a file with the length in the header
+/// only).
+fn body_length<B: http_body::Body>(response: &Response<B>) -> Option<u64> {
+    response.body().size_hint().exact().or_else(|| {
+        response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)?
+            .to_str()
+            .ok()?
+            .parse()
+            .ok()
+    })
 }
