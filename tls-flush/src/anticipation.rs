@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! - a hold ends at the earliest of: the urgent response's first DATA frame, the
-//!   request's bound (armed once, when the request is complete), the connection's budget;
+//!   request's bound (armed when the request is complete, and once more when its response's
+//!   HEADERS leave), the connection's budget;
 //! - the budget caps the total time DATA is held per connection in each one-second window,
 //!   so urgent requests that keep arriving cannot starve less urgent responses;
 //! - a hold waits on a timer (Tokio's time driver), never on self-wakes: an idle hold costs

@@ -379,8 +379,10 @@ impl FlushConfig {
     }
 
     /// While a complete request more urgent than the next DATA waits for its response body to
-    /// begin, holds that DATA back for at most `bound` after the request completed (default
-    /// 5 ms for [`Policy::Scheduled`], off otherwise; only with [`reorder`](Self::reorder)).
+    /// begin, holds that DATA back for at most `bound` after the request completed, and
+    /// `bound` again after the response's HEADERS left (a body read from a file follows its
+    /// headers by a few milliseconds) (default 5 ms for [`Policy::Scheduled`], off
+    /// otherwise; only with [`reorder`](Self::reorder)).
     /// At connection start the downstream is empty, so without it the first bulk frames
     /// would leave before an urgent response requested in the same flight exists. Until the
     /// connection's first DATA, DATA also waits for complete requests as urgent whose
