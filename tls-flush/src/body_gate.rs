@@ -35,11 +35,11 @@
 //!   whole (the gate holds at most one chunk per body, which hyper would have held anyway).
 //! - Bodies of the same urgency hold each other back only by length as above (a body of
 //!   unknown length, or above the default urgency, never waits for its level); otherwise a
-//!   body holds back only less urgent ones, and only while it is *producing*: its source's last answer was data and
-//!   hyper polled it within [`STALE_AFTER`], or its source answered `Pending` less than
-//!   [`WAIT_GRACE`] ago (a file read). A body waiting on its application (a server-sent event
-//!   stream between events) or stalled by the peer's flow control holds nothing back for
-//!   longer than that.
+//!   body holds back only less urgent ones. Either only while it is *producing*: its
+//!   source's last answer was data and hyper polled it within [`STALE_AFTER`], or its
+//!   source answered `Pending` less than [`WAIT_GRACE`] ago (a file read). A body waiting
+//!   on its application (a server-sent event stream between events) or stalled by the
+//!   peer's flow control holds nothing back for longer than that.
 //! - Memory: one small entry per live response body of the connection (bounded by h2's
 //!   concurrent streams), removed when the body ends or is dropped.
 //!
