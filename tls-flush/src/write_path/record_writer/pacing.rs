@@ -76,6 +76,8 @@ impl WritePath {
             cwnd = state.cwnd,
             unacked = state.unacked,
             notsent = state.notsent,
+            lost = state.lost,
+            retransmitting = state.retransmitting,
             min_rtt_us = state.min_rtt.as_micros() as u64,
             srtt_us = state.srtt.as_micros() as u64,
             delivery_rate = state.delivery_rate,
