@@ -30,6 +30,10 @@
 //! already sends one response at a time, in stream order, and bodies of unknown length
 //! (streams, server-sent events) neither wait for nor hold back their level.
 //!
+//! A body's urgency is its request's, moved by the client's PRIORITY_UPDATE frames for its
+//! stream and overlaid by the server's pin, as the wire scheduler sees it ([`streams`] says
+//! how the gate learns which stream a body answers).
+//!
 //! Invariants:
 //! - A body is only ever delayed, never reordered or altered: its frames pass in order and
 //!   whole (the gate holds at most one chunk per body, which hyper would have held anyway).
@@ -41,12 +45,15 @@
 //!   on its application (a server-sent event stream between events) or stalled by the
 //!   peer's flow control holds nothing back for longer than that.
 //! - Memory: one small entry per live response body of the connection (bounded by h2's
-//!   concurrent streams), removed when the body ends or is dropped.
+//!   concurrent streams), removed when the body ends or is dropped; a few bytes per stream
+//!   between its request's HEADERS and its body's registration, bounded by
+//!   [`MAX_UNREGISTERED_STREAMS`](streams::MAX_UNREGISTERED_STREAMS).
 //!
 //! [`cost_bits`]: crate::scheduler::cost_bits
 
 mod body;
 mod service;
+mod streams;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
@@ -54,6 +61,7 @@ use std::time::Duration;
 
 use foldhash::HashMap;
 use tokio::time::Instant;
+use tower_priority::{Priority, PriorityParams};
 
 pub(crate) use body::GATE_PIECE;
 pub(crate) use service::GatedService;
@@ -108,11 +116,20 @@ struct Shares {
     virtual_time: u128,
     /// Per urgency, the pieces front bodies passed since a body behind one last passed.
     front_run: [u32; 8],
+    /// The streams whose bodies are to come, for the client's updates to them.
+    streams: streams::Streams,
+    /// The live body answering each stream known to the gate.
+    by_stream: HashMap<u32, u64>,
 }
 
 #[derive(Debug)]
 struct Entry {
     urgency: u8,
+    /// The HTTP/2 stream it answers, where the gate knows it.
+    stream: Option<u32>,
+    /// What the server pinned in the response's `priority` header: it overlays the
+    /// client's updates.
+    pinned: PriorityParams,
     /// The bytes it has yet to pass, where its length is known.
     remaining: Option<u64>,
     /// Its last offer was held behind a shorter body of its level: it is not using the
@@ -189,24 +206,79 @@ impl BodyGate {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Registers a new response body of `urgency` and, where known, `length` in bytes.
-    pub(crate) fn register(&self, urgency: u8, length: Option<u64>) -> Ticket {
+    /// The wrapper saw `stream`'s request HEADERS, with `header` in its `priority` field
+    /// and `update` sent before them (see [`streams`]).
+    pub(crate) fn stream_opened(&self, stream: u32, header: Priority, update: Option<Priority>) {
+        self.lock().streams.opened(stream, header, update);
+    }
+
+    /// The stream of the request the service is called with now, whose `priority` header
+    /// is `header`, where the gate can tell.
+    pub(crate) fn claim_stream(&self, header: Priority) -> Option<u32> {
+        self.lock().streams.claim(header)
+    }
+
+    /// The client's PRIORITY_UPDATE set `stream`'s priority to `client`: its body (live,
+    /// or to come) moves to the urgency the server's pin leaves, and the bodies that
+    /// change concerns are woken.
+    pub(crate) fn client_updated(&self, stream: u32, client: Priority) {
         let mut shares = self.lock();
-        let id = shares.next_id;
-        shares.next_id += 1;
+        if shares.streams.update(stream, client) {
+            return;
+        }
+        let Some(&id) = shares.by_stream.get(&stream) else {
+            return;
+        };
         let virtual_time = shares.virtual_time;
-        shares.bodies.insert(
+        let Some(entry) = shares.bodies.get_mut(&id) else {
+            return;
+        };
+        let (before, urgency) = (entry.urgency, entry.pinned.apply_to(client).urgency.min(7));
+        if urgency == before {
+            return;
+        }
+        // A body joining another level cannot claim time it did not use there.
+        entry.urgency = urgency;
+        entry.behind_sibling = false;
+        entry.start = entry.start.max(virtual_time);
+        wake_held(shares, before.min(urgency), Level::AndItsOwn);
+    }
+
+    /// `stream` is over (its response ended, or either side reset it).
+    pub(crate) fn stream_closed(&self, stream: u32) {
+        self.lock().streams.closed(stream);
+    }
+
+    /// Registers the response body of `stream` (where [`claim_stream`](Self::claim_stream)
+    /// told it), whose request asked for `requested` and whose response pinned `pinned`,
+    /// of `length` bytes where known. The client's latest update to the stream replaces
+    /// `requested`.
+    pub(crate) fn register_response(
+        &self,
+        stream: Option<u32>,
+        requested: Priority,
+        pinned: PriorityParams,
+        length: Option<u64>,
+    ) -> Ticket {
+        let mut shares = self.lock();
+        let client = stream
+            .and_then(|s| shares.streams.register(s))
+            .unwrap_or(requested);
+        let urgency = pinned.apply_to(client).urgency.min(7);
+        let id = shares.insert(urgency, length, stream, pinned);
+        Ticket {
+            gate: self.clone(),
             id,
-            Entry {
-                urgency,
-                remaining: length,
-                behind_sibling: false,
-                start: virtual_time,
-                state: Activity::Idle,
-                last_polled: Instant::now(),
-                waker: None,
-            },
-        );
+        }
+    }
+
+    /// Registers a new response body of `urgency` and, where known, `length` in bytes,
+    /// of no known stream.
+    #[cfg(test)]
+    fn register(&self, urgency: u8, length: Option<u64>) -> Ticket {
+        let id = self
+            .lock()
+            .insert(urgency, length, None, PriorityParams::default());
         Ticket {
             gate: self.clone(),
             id,
@@ -315,6 +387,35 @@ impl Ticket {
 }
 
 impl Shares {
+    fn insert(
+        &mut self,
+        urgency: u8,
+        remaining: Option<u64>,
+        stream: Option<u32>,
+        pinned: PriorityParams,
+    ) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.bodies.insert(
+            id,
+            Entry {
+                urgency,
+                stream,
+                pinned,
+                remaining,
+                behind_sibling: false,
+                start: self.virtual_time,
+                state: Activity::Idle,
+                last_polled: Instant::now(),
+                waker: None,
+            },
+        );
+        if let Some(stream) = stream {
+            self.by_stream.insert(stream, id);
+        }
+        id
+    }
+
     /// Until when the body `id`, whose next chunk would finish at `finish`, is held: by a
     /// producing more urgent body whose next chunk finishes first (fair queueing by
     /// weight), and by a producing body of its level that goes before it.
@@ -350,6 +451,9 @@ impl Drop for Ticket {
         let Some(entry) = shares.bodies.remove(&self.id) else {
             return;
         };
+        if let Some(stream) = entry.stream {
+            shares.by_stream.remove(&stream);
+        }
         wake_held(shares, entry.urgency, Level::AndItsOwn);
     }
 }
@@ -467,6 +571,55 @@ mod tests {
         drop(short);
         assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(long.offer(CHUNK, now, &waker), Verdict::Pass);
+    }
+
+    #[test]
+    fn a_body_follows_the_client_s_updates_to_its_stream() {
+        let gate = BodyGate::default();
+        let (bulk, raised) = (Priority::parse("u=5, i"), Priority::parse("u=0"));
+        for stream in [1, 3, 5] {
+            gate.stream_opened(stream, bulk, None);
+        }
+        // Stream 5 is raised before its request reaches the service, stream 1 after its
+        // body registered; stream 3 is the shorter sibling both were held behind.
+        gate.client_updated(5, raised);
+        let streams = [bulk; 3].map(|p| gate.claim_stream(p));
+        assert_eq!(streams, [Some(1), Some(3), Some(5)]);
+        let register = |stream, chunks| {
+            gate.register_response(stream, bulk, PriorityParams::default(), length(chunks))
+        };
+        let (first, second) = (register(streams[0], 100), register(streams[1], 10));
+        let (waker, wakes) = waker();
+        let now = Instant::now();
+        assert_eq!(second.offer(CHUNK, now, &waker), Verdict::Pass);
+        assert!(
+            first.offer(CHUNK, now, &waker).is_held(),
+            "behind a shorter sibling"
+        );
+        gate.client_updated(1, raised);
+        assert_eq!(wakes.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(race(&first, &second, 4), (4, 0), "raised: it goes first");
+        let third = register(streams[2], 100);
+        assert_eq!(
+            race(&third, &second, 4),
+            (4, 0),
+            "raised before its request"
+        );
+        // A server's pin outranks the client's update.
+        drop((first, third));
+        gate.stream_opened(7, bulk, None);
+        let stream = gate.claim_stream(bulk);
+        let pinned = PriorityParams::from_headers(&pinned_header("u=6"));
+        let pinned_body = gate.register_response(stream, bulk, pinned, length(100));
+        gate.client_updated(7, raised);
+        // Still u=6 against the sibling's u=5: half its share (at u=0 it would take all).
+        assert_eq!(race(&second, &pinned_body, 4), (4, 2));
+    }
+
+    fn pinned_header(value: &'static str) -> http::HeaderMap {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("priority", http::HeaderValue::from_static(value));
+        headers
     }
 
     #[test]

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tower_priority::{Priority, PriorityParams, PriorityUpdate};
 
+use crate::body_gate::BodyGate;
 use crate::stats::ConnectionStats;
 
 /// Bound on the list of changed streams between two looks of the scheduler.
@@ -97,6 +98,9 @@ pub(crate) struct StreamPriorities {
     /// The most urgent request completed since [`take_completed`](Self::take_completed) last
     /// looked (of equally urgent ones, the latest): stream and urgency.
     completed: Option<(u32, u8)>,
+    /// The connection's body gate, told which streams open, change and close, so that it
+    /// follows the client's updates at the source too.
+    gate: Option<BodyGate>,
     stats: ConnectionStats,
 }
 
@@ -117,8 +121,14 @@ impl StreamPriorities {
             anticipate,
             changes: Changes::default(),
             completed: None,
+            gate: None,
             stats,
         }
+    }
+
+    /// Tells `gate` of every stream that opens, changes and closes from now on.
+    pub(crate) fn follow_bodies(&mut self, gate: BodyGate) {
+        self.gate = Some(gate);
     }
 
     /// A request header block opened `stream_id` with the given client signal.
@@ -132,6 +142,10 @@ impl StreamPriorities {
             return;
         }
         self.highest_client_stream = stream_id;
+        if let Some(gate) = &self.gate {
+            let early = self.early_updates.iter().find(|(id, _)| *id == stream_id);
+            gate.stream_opened(stream_id, client, early.map(|&(_, p)| p));
+        }
         if self.open.len() >= self.max_open {
             // h2 enforces its own concurrency limit; this bound only protects our memory.
             return;
@@ -228,6 +242,9 @@ impl StreamPriorities {
             || PriorityUpdate::parse(payload).map_or_else(|_| Priority::default(), |u| u.priority);
         if let Some(entry) = self.open.get_mut(&id) {
             entry.client = parse();
+            if let Some(gate) = &self.gate {
+                gate.client_updated(id, entry.client);
+            }
             Self::relevel_hold(&mut self.holds, entry);
             Self::mark_changed(&mut self.changes, id, entry);
             return UpdateOutcome::Applied;
@@ -301,6 +318,9 @@ impl StreamPriorities {
 
     /// The stream is finished (response ended, or reset in either direction).
     pub(crate) fn close(&mut self, stream_id: u32) {
+        if let Some(gate) = &self.gate {
+            gate.stream_closed(stream_id);
+        }
         if let Some(mut entry) = self.open.remove(&stream_id) {
             Self::disarm(&mut self.holds, &mut entry);
             // Its queued frames (if any) fall back to the default priority: a change only

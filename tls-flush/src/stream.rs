@@ -98,6 +98,11 @@ impl<T: Transport> FlushStream<T> {
         &self.io
     }
 
+    /// Lets the connection's body `gate` follow the client's priority updates.
+    pub(crate) fn follow_bodies(&mut self, gate: crate::body_gate::BodyGate) {
+        self.priorities.follow_bodies(gate);
+    }
+
     /// True once the connection is known to carry HTTP/2 and the pipeline is on.
     pub fn is_http2(&self) -> bool {
         self.mode == Mode::Http2

@@ -12,8 +12,9 @@ use super::body::GatedBody;
 use super::BodyGate;
 
 /// `inner`, whose response bodies pass `gate` (none: untouched) at the priority the wire
-/// scheduler gives them: the request's `priority` header overlaid by the response's (what
-/// the server pinned, e.g. with `tower_priority::PriorityLayer`).
+/// scheduler gives them: the request's `priority` header, or the client's latest
+/// PRIORITY_UPDATE for its stream, overlaid by the response's (what the server pinned,
+/// e.g. with `tower_priority::PriorityLayer`).
 #[derive(Debug, Clone)]
 pub(crate) struct GatedService<S> {
     inner: S,
@@ -39,14 +40,31 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
-        let gate = self
-            .gate
-            .clone()
-            .map(|gate| (gate, Priority::from_headers(req.headers())));
+    fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
+        let stream = req.extensions_mut().remove::<ClaimedStream>();
+        let gate = self.gate.clone().map(|gate| {
+            let requested = Priority::from_headers(req.headers());
+            (gate, requested, stream.map(|s| s.0))
+        });
         GatedFuture {
             inner: self.inner.call(req),
             gate,
+        }
+    }
+}
+
+/// The HTTP/2 stream a request came on, as [`ClaimStreams`] tells [`GatedService`].
+#[derive(Debug, Clone, Copy)]
+struct ClaimedStream(u32);
+
+impl BodyGate {
+    /// Notes in `req`'s extensions the HTTP/2 stream it came on, where the gate can tell
+    /// ([`BodyGate::claim_stream`]), for [`GatedService`]. Call once per request, in the
+    /// order h2 accepted their streams: from a hyper service, which hyper calls in that
+    /// order.
+    pub(crate) fn claim_stream_of<B>(&self, req: &mut Request<B>) {
+        if let Some(stream) = self.claim_stream(Priority::from_headers(req.headers())) {
+            req.extensions_mut().insert(ClaimedStream(stream));
         }
     }
 }
@@ -56,7 +74,7 @@ pin_project! {
     pub(crate) struct GatedFuture<F> {
         #[pin]
         inner: F,
-        gate: Option<(BodyGate, Priority)>,
+        gate: Option<(BodyGate, Priority, Option<u32>)>,
     }
 }
 
@@ -70,9 +88,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = ready!(this.inner.poll(cx))?;
-        let ticket = this.gate.take().map(|(gate, requested)| {
-            let effective = PriorityParams::from_headers(response.headers()).apply_to(requested);
-            gate.register(effective.urgency, body_length(&response))
+        let ticket = this.gate.take().map(|(gate, requested, stream)| {
+            let pinned = PriorityParams::from_headers(response.headers());
+            gate.register_response(stream, requested, pinned, body_length(&response))
         });
         Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket))))
     }

@@ -81,10 +81,11 @@ type HalfRttIo = HalfRttStream<Tracked<TcpStream>>;
 /// pointer rather than a closure, so that the service's type can be named.
 type OrEmptyFn<B> = fn(Response<B>) -> Response<OrEmpty<B>>;
 
-/// The service hyper calls: each request marked, the 0.5-RTT rule, the body gate.
-type Stack<S> = TowerToHyperService<
-    GatedService<
-        Marked<TooEarly<tower::util::MapResponse<S, OrEmptyFn<<S as HttpService>::ResBody>>>>,
+/// The service hyper calls: each request marked (in the order h2 accepted them), then
+/// the body gate, the 0.5-RTT rule.
+type Stack<S> = Marked<
+    TowerToHyperService<
+        GatedService<TooEarly<tower::util::MapResponse<S, OrEmptyFn<<S as HttpService>::ResBody>>>>,
     >,
 >;
 
@@ -244,8 +245,11 @@ where
     S: HttpService,
 {
     let schedule_bodies = shared.config.schedule_bodies;
-    let stream = FlushStream::with_shared(tls, shared);
+    let mut stream = FlushStream::with_shared(tls, shared);
     let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
+    if let Some(gate) = &gate {
+        stream.follow_bodies(gate.clone());
+    }
     let stats = stream.stats();
     tracing::debug!(
         http2 = stream.is_http2(),
@@ -255,39 +259,48 @@ where
     // A 425 needs a body of the service's type: an empty one.
     let or_empty: OrEmptyFn<S::ResBody> = |r| r.map(OrEmpty::new);
     let service = tower::util::MapResponse::new(service, or_empty);
+    let service = tower::Layer::layer(too_early, service);
     let service = Marked {
-        inner: tower::Layer::layer(too_early, service),
+        inner: TowerToHyperService::new(GatedService::new(service, gate.clone())),
         stats: stats.clone(),
         early,
+        gate,
     };
-    let service = TowerToHyperService::new(GatedService::new(service, gate));
     (
         builder.serve_connection(TokioIo::new(stream), service),
         stats,
     )
 }
 
-/// `inner`, with the connection's [`ConnectionStats`] in every request's extensions, and
-/// [`EarlyData`](crate::EarlyData) in those that began in TLS 1.3 early data.
+/// `inner`, a hyper service, with the connection's [`ConnectionStats`] in every request's
+/// extensions, [`EarlyData`](crate::EarlyData) in those that began in TLS 1.3 early data,
+/// and, for the body gate, the HTTP/2 stream each request came on.
+///
+/// Why at hyper's level: both marks count requests in the order h2 accepted their
+/// streams, and hyper calls its service in that order; a tower service behind
+/// `TowerToHyperService` is only called once the request's task first runs, in whatever
+/// order the runtime runs the tasks.
 #[derive(Debug, Clone)]
 struct Marked<S> {
     inner: S,
     stats: ConnectionStats,
     early: EarlyRequests,
+    gate: Option<BodyGate>,
 }
 
-impl<S: tower::Service<Request<Incoming>>> tower::Service<Request<Incoming>> for Marked<S> {
+impl<S: hyper::service::Service<Request<Incoming>>> hyper::service::Service<Request<Incoming>>
+    for Marked<S>
+{
     type Response = S::Response;
     type Error = S::Error;
     type Future = S::Future;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<Incoming>) -> S::Future {
+    fn call(&self, mut req: Request<Incoming>) -> S::Future {
         req.extensions_mut().insert(self.stats.clone());
         self.early.mark(&mut req);
+        if let Some(gate) = &self.gate {
+            gate.claim_stream_of(&mut req);
+        }
         self.inner.call(req)
     }
 }
