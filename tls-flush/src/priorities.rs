@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tower_priority::{Priority, PriorityParams, PriorityUpdate};
 
+#[cfg(feature = "serve")]
 use crate::body_gate::BodyGate;
 use crate::stats::ConnectionStats;
 
@@ -100,6 +101,7 @@ pub(crate) struct StreamPriorities {
     completed: Option<(u32, u8)>,
     /// The connection's body gate, told which streams open, change and close, so that it
     /// follows the client's updates at the source too.
+    #[cfg(feature = "serve")]
     gate: Option<BodyGate>,
     stats: ConnectionStats,
 }
@@ -121,12 +123,14 @@ impl StreamPriorities {
             anticipate,
             changes: Changes::default(),
             completed: None,
+            #[cfg(feature = "serve")]
             gate: None,
             stats,
         }
     }
 
     /// Tells `gate` of every stream that opens, changes and closes from now on.
+    #[cfg(feature = "serve")]
     pub(crate) fn follow_bodies(&mut self, gate: BodyGate) {
         self.gate = Some(gate);
     }
@@ -142,6 +146,7 @@ impl StreamPriorities {
             return;
         }
         self.highest_client_stream = stream_id;
+        #[cfg(feature = "serve")]
         if let Some(gate) = &self.gate {
             let early = self.early_updates.iter().find(|(id, _)| *id == stream_id);
             gate.stream_opened(stream_id, client, early.map(|&(_, p)| p));
@@ -242,6 +247,7 @@ impl StreamPriorities {
             || PriorityUpdate::parse(payload).map_or_else(|_| Priority::default(), |u| u.priority);
         if let Some(entry) = self.open.get_mut(&id) {
             entry.client = parse();
+            #[cfg(feature = "serve")]
             if let Some(gate) = &self.gate {
                 gate.client_updated(id, entry.client);
             }
@@ -318,6 +324,7 @@ impl StreamPriorities {
 
     /// The stream is finished (response ended, or reset in either direction).
     pub(crate) fn close(&mut self, stream_id: u32) {
+        #[cfg(feature = "serve")]
         if let Some(gate) = &self.gate {
             gate.stream_closed(stream_id);
         }

@@ -99,6 +99,7 @@ impl<T: Transport> FlushStream<T> {
     }
 
     /// Lets the connection's body `gate` follow the client's priority updates.
+    #[cfg(feature = "serve")]
     pub(crate) fn follow_bodies(&mut self, gate: crate::body_gate::BodyGate) {
         self.priorities.follow_bodies(gate);
     }
