@@ -86,6 +86,7 @@ pub(crate) fn tcp_info(stream: std::os::fd::BorrowedFd<'_>) -> io::Result<crate:
         sacked: info.tcpi_sacked,
         lost: info.tcpi_lost,
         retransmitting: info.tcpi_retrans,
+        pacing_rate: info.tcpi_pacing_rate,
     })
 }
 

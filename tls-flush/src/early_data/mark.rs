@@ -10,6 +10,11 @@ use super::{EarlyRequests, TooEarly, TooEarlyLayer};
 /// [`EarlyData`](crate::EarlyData) ([`EarlyRequests::mark`]), then passes
 /// [`TooEarlyLayer`]'s rule (`425 Too Early` for the methods it does not let through).
 ///
+/// It marks requests in the order it is called: behind hyper-util's `TowerToHyperService`
+/// (as under `axum::serve` and axum-server), requests h2 accepted together may be called in
+/// another order, so an early request may go unmarked while a later one of the same
+/// connection is marked; [`serve`](fn@crate::serve) marks them in h2's order.
+///
 /// [`HalfRttMakeService`](crate::HalfRttMakeService) (axum) and
 /// [`HalfRttTlsAcceptor`](crate::HalfRttTlsAcceptor) (axum-server) build it; for a
 /// [`HalfRttStream`](crate::HalfRttStream) served by hand:
@@ -75,8 +80,12 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        // Marked here, in the order the connection delivers its requests (hyper calls the
-        // service in stream order), which is what `EarlyRequests` counts in.
+        // `EarlyRequests` counts in the order h2 accepted the streams. Behind hyper-util's
+        // `TowerToHyperService` (axum::serve and axum-server use it) this call comes when
+        // the request's task first runs, which on a multi-threaded runtime may differ for
+        // requests accepted together: one that arrived after the early ones may take an
+        // early one's mark (a spurious 425 for an unsafe method, and the early one served
+        // as if it were not early). `tls_flush::serve` marks at hyper's own call, in order.
         self.early.mark(&mut request);
         self.inner.call(request)
     }

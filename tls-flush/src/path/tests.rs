@@ -665,3 +665,59 @@ fn bulk_records_end_the_kernels_unsent_bytes_on_a_segment_boundary() {
     assert_eq!(segment_aligned(1000, 1400, mss), 1000);
     assert_eq!(segment_aligned(100, 0, mss), 100);
 }
+
+#[test]
+fn where_the_kernel_paces_slowly_it_keeps_its_pacer_s_next_bytes_not_the_window_s_room() {
+    let now = Instant::now();
+    // Behind a deep competitor's queue (the lab's 1,000-packet one): 28 segments, 11 in
+    // flight, a 200 ms smoothed RTT; cubic paces at 240 kB/s.
+    let behind_a_queue = PathState {
+        ssthresh: 20,
+        srtt: Duration::from_millis(200),
+        pacing_rate: 240_000,
+        ..path(28, 11, 0, 0)
+    };
+    let mut unpaced = WriteBudget::default();
+    unpaced.set_congestion(CongestionControl::LossBased);
+    let Allowance::Record(before) = bulk_record(&mut unpaced, &behind_a_queue, now) else {
+        panic!("the window's room is free");
+    };
+    assert!(before > 10_000, "the window's room, unpaced: {before}");
+
+    let mut paced = WriteBudget::default();
+    paced.set_congestion(CongestionControl::LossBased);
+    bulk_record(&mut paced, &behind_a_queue, now);
+    assert!(paced.take_pacing_request());
+    // 20 ms at 240 kB/s is 4,800 bytes; four segments at least: 5,792 bytes per record...
+    let a = bulk_record(&mut paced, &behind_a_queue, now);
+    assert!(matches!(a, Allowance::Record(n) if n <= 4 * 1448), "{a:?}");
+    // ...and the next only once the kernel holds less than that.
+    let queued = PathState {
+        notsent: 6_000,
+        ..behind_a_queue
+    };
+    let a = bulk_record(&mut paced, &queued, now);
+    assert!(
+        matches!(a, Allowance::Wait(w) if w >= Duration::from_millis(1)),
+        "{a:?}"
+    );
+    // A socket that refused pacing sends the window's room as before.
+    paced.pacing_refused();
+    assert_eq!(
+        bulk_record(&mut paced, &behind_a_queue, now),
+        Allowance::Record(before)
+    );
+    // At the lab's 20 Mbit/s (3 MB/s paced) the bound is above a full record.
+    let mut fast = WriteBudget::default();
+    fast.set_congestion(CongestionControl::LossBased);
+    let clean = PathState {
+        pacing_rate: 3_000_000,
+        ..behind_a_queue
+    };
+    bulk_record(&mut fast, &clean, now);
+    assert!(fast.take_pacing_request());
+    assert_eq!(
+        bulk_record(&mut fast, &clean, now),
+        Allowance::Record(before)
+    );
+}

@@ -71,6 +71,9 @@ impl WritePath {
         if self.writer.budget.take_pacing_request() {
             let result = io.enable_pacing();
             tracing::debug!(?result, "kernel pacing");
+            if result.is_err() {
+                self.writer.budget.pacing_refused();
+            }
         }
         tracing::trace!(
             cwnd = state.cwnd,
@@ -81,6 +84,7 @@ impl WritePath {
             min_rtt_us = state.min_rtt.as_micros() as u64,
             srtt_us = state.srtt.as_micros() as u64,
             delivery_rate = state.delivery_rate,
+            pacing_rate = state.pacing_rate,
             gain = self.writer.budget.gain(),
             cap_lifts = self.writer.budget.cap_lifts(),
             available,
