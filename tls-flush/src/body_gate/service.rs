@@ -53,7 +53,8 @@ where
     }
 }
 
-/// The HTTP/2 stream a request came on, as [`ClaimStreams`] tells [`GatedService`].
+/// The HTTP/2 stream a request came on, as [`BodyGate::claim_stream_of`] tells
+/// [`GatedService`].
 #[derive(Debug, Clone, Copy)]
 struct ClaimedStream(u32);
 
