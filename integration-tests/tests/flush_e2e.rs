@@ -519,14 +519,8 @@ async fn other_bytes_after_raising_the_longer(setup: ServerSetup) -> usize {
     for (r, len) in [(r1.expect("raised"), LONGER), (r2.expect("other"), SHORTER)] {
         assert_eq!((r.len, r.pattern_ok), (len, true));
     }
-    let frames = client.log().frames;
-    let data: Vec<_> = frames[index..].iter().filter(|f| f.kind == DATA).collect();
-    let end = data.iter().rposition(|f| f.stream_id == raised_id);
-    data[..end.expect("raised DATA after the update")]
-        .iter()
-        .filter(|f| f.stream_id == other_id)
-        .map(|f| f.len)
-        .sum()
+    // The raised download plays the critical response, the other one the background.
+    background_before_critical(&client, index, raised_id, &[other_id])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -276,13 +276,11 @@ impl BodyGate {
     /// of no known stream.
     #[cfg(test)]
     fn register(&self, urgency: u8, length: Option<u64>) -> Ticket {
-        let id = self
-            .lock()
-            .insert(urgency, length, None, PriorityParams::default());
-        Ticket {
-            gate: self.clone(),
-            id,
-        }
+        let requested = Priority {
+            urgency,
+            incremental: false,
+        };
+        self.register_response(None, requested, PriorityParams::default(), length)
     }
 
     /// The number of live bodies (for tests).
@@ -609,17 +607,11 @@ mod tests {
         drop((first, third));
         gate.stream_opened(7, bulk, None);
         let stream = gate.claim_stream(bulk);
-        let pinned = PriorityParams::from_headers(&pinned_header("u=6"));
+        let pinned = PriorityParams::parse(b"u=6");
         let pinned_body = gate.register_response(stream, bulk, pinned, length(100));
         gate.client_updated(7, raised);
         // Still u=6 against the sibling's u=5: half its share (at u=0 it would take all).
         assert_eq!(race(&second, &pinned_body, 4), (4, 2));
-    }
-
-    fn pinned_header(value: &'static str) -> http::HeaderMap {
-        let mut headers = http::HeaderMap::new();
-        headers.insert("priority", http::HeaderValue::from_static(value));
-        headers
     }
 
     #[test]

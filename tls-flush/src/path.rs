@@ -471,16 +471,17 @@ impl WriteBudget {
         }
         // The kernel keeps at most about one record beyond what it can send now, and what
         // the window frees meanwhile.
-        let kernel = (s.window_bytes() + margin).saturating_sub(notsent);
+        let mut kernel = (s.window_bytes() + margin).saturating_sub(notsent);
         // Where the kernel paces, the window's free room leaves at the pacing rate, not
         // now: behind a deep competitor's queue (cubic at 240 kB/s) two records written
         // into it held a critical response back 120 ms. There the kernel keeps records of
         // at most PACED_AHEAD's bytes, and a new one only once it holds less than that.
-        let paced = self.paced_ahead(s).map(|ahead| {
+        // The wait below is timed at the window's rate, faster than the pacing rate where
+        // that lags a link speeding up (a cellular one): an early look costs a wakeup.
+        if let Some(ahead) = self.paced_ahead(s) {
             record = record.min(ahead);
-            (ahead + record).saturating_sub(notsent)
-        });
-        let kernel = paced.map_or(kernel, |paced| kernel.min(paced));
+            kernel = kernel.min((ahead + record).saturating_sub(notsent));
+        }
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).
         let mut record_margin = target;
@@ -520,15 +521,8 @@ impl WriteBudget {
         } else {
             self.max_rate.max(window_rate)
         };
-        // The pacing rate lags a link that speeds up (a cellular one): look again at the
-        // window's rate where that is faster, which costs only a wakeup.
-        let paced_wait = paced.map_or(Duration::ZERO, |paced| {
-            let rate = s.pacing_rate.max(window_rate);
-            Self::drain_time(needed.saturating_sub(paced), rate, s)
-        });
         let wait = Self::drain_time(needed.saturating_sub(kernel), window_rate, s)
-            .max(Self::drain_time(needed.saturating_sub(pipe), pipe_rate, s))
-            .max(paced_wait);
+            .max(Self::drain_time(needed.saturating_sub(pipe), pipe_rate, s));
         Allowance::Wait(wait)
     }
 

@@ -41,10 +41,13 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqBody>) -> Self::Future {
-        let stream = req.extensions_mut().remove::<ClaimedStream>();
+        let claimed = req.extensions_mut().remove::<ClaimedStream>();
         let gate = self.gate.clone().map(|gate| {
-            let requested = Priority::from_headers(req.headers());
-            (gate, requested, stream.map(|s| s.0))
+            let ClaimedStream { requested, stream } = claimed.unwrap_or_else(|| ClaimedStream {
+                requested: Priority::from_headers(req.headers()),
+                stream: None,
+            });
+            (gate, requested, stream)
         });
         GatedFuture {
             inner: self.inner.call(req),
@@ -53,20 +56,24 @@ where
     }
 }
 
-/// The HTTP/2 stream a request came on, as [`BodyGate::claim_stream_of`] tells
-/// [`GatedService`].
+/// A request's `priority` header and the HTTP/2 stream it came on (where the gate can
+/// tell), as [`BodyGate::claim_stream_of`] tells [`GatedService`].
 #[derive(Debug, Clone, Copy)]
-struct ClaimedStream(u32);
+struct ClaimedStream {
+    requested: Priority,
+    stream: Option<u32>,
+}
 
 impl BodyGate {
-    /// Notes in `req`'s extensions the HTTP/2 stream it came on, where the gate can tell
+    /// Notes in `req`'s extensions its `priority` header and the HTTP/2 stream it came on
     /// ([`BodyGate::claim_stream`]), for [`GatedService`]. Call once per request, in the
     /// order h2 accepted their streams: from a hyper service, which hyper calls in that
     /// order.
     pub(crate) fn claim_stream_of<B>(&self, req: &mut Request<B>) {
-        if let Some(stream) = self.claim_stream(Priority::from_headers(req.headers())) {
-            req.extensions_mut().insert(ClaimedStream(stream));
-        }
+        let requested = Priority::from_headers(req.headers());
+        let stream = self.claim_stream(requested);
+        req.extensions_mut()
+            .insert(ClaimedStream { requested, stream });
     }
 }
 
