@@ -47,7 +47,13 @@
 //!   twice the window per smoothed RTT, slow start left part of its window unused each round
 //!   trip and grew it more slowly than stock's, and against a competitor that had filled a
 //!   200-packet queue first the download ended 0.94x stock's goodput (0.98x unpaced until the
-//!   first loss or HyStart exit). Once it paces, the window's free room leaves at the
+//!   first loss or HyStart exit). Nor before the connection's first retransmission: a
+//!   bottleneck that cannot queue a burst drops some of it, and one that can loses nothing
+//!   to bursts. On a cellular link, whose ACKs come back in bursts as the radio schedules
+//!   them, the pacer refilled a window the ACKs had emptied at 1.2 windows per (inflated)
+//!   smoothed RTT while the link could take more (the window 32 segments, 2 in flight,
+//!   37 KB held unsent), and a download on the T-Mobile LTE recording got 0.971x stock's
+//!   goodput paced against 0.991x unpaced. Once it paces, the window's free room leaves at the
 //!   pacing rate rather than at once, so the kernel keeps no more than [`PACED_AHEAD`]'s
 //!   worth at that rate beyond a record of at most as much: behind a competitor's deep
 //!   queue cubic paced at 240 kB/s, and two full records written into the window's room
@@ -307,6 +313,8 @@ pub(crate) struct WriteBudget {
     kernel_pacing: KernelPacing,
     /// Whether a read found the connection past its initial slow start.
     slow_start: SlowStart,
+    /// Whether a read found a segment retransmitted: the path drops what it cannot queue.
+    drops: Drops,
     /// The lowest smoothed RTT seen: see [`Self::path_rtt`].
     quiet_rtt: Duration,
 }
@@ -328,6 +336,15 @@ enum SlowStart {
     #[default]
     Initial,
     Over,
+}
+
+/// Whether the connection has retransmitted a segment (`tcpi_total_retrans`): the path's
+/// bottleneck drops what it cannot queue, so bursts cost retransmissions there.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Drops {
+    #[default]
+    NoneSeen,
+    Seen,
 }
 
 /// Whose standing queue the path's RTT shows (see the [module documentation](self)).
@@ -375,13 +392,15 @@ impl WriteBudget {
     }
 
     /// True once per connection, after the first read that found a paced path under a
-    /// loss-based (or unknown) congestion control past its initial slow start: the socket
+    /// loss-based (or unknown) congestion control past its initial slow start and its first
+    /// retransmission: the socket
     /// should then have the kernel pace it. BBR paces by itself, an unpaced path needs no
     /// pacing, and slow start grows its window faster unpaced (see the
     /// [module documentation](self)).
     pub(crate) fn take_pacing_request(&mut self) -> bool {
         let wanted = self.kernel_pacing == KernelPacing::NotAsked
             && self.slow_start == SlowStart::Over
+            && self.drops == Drops::Seen
             && !self.unpaced
             && self.congestion != Some(CongestionControl::ModelBased);
         if wanted {
@@ -527,6 +546,9 @@ impl WriteBudget {
     }
 
     fn observe_rate(&mut self, s: &PathState, now: Instant) {
+        if s.retransmits > 0 {
+            self.drops = Drops::Seen;
+        }
         if !s.in_slow_start() && self.slow_start == SlowStart::Initial {
             self.slow_start = SlowStart::Over;
             self.let_own_queue_drain(s, now);

@@ -487,15 +487,19 @@ fn simulated_path() -> impl Strategy<Value = SimulatedPath> {
         prop::sample::select(vec![0u64, 2_500_000]),
         prop::sample::select(vec![1usize, 100, 1448, 16384]),
         prop::sample::select(vec![0u32, 2, 20]),
+        prop::sample::select(vec![0u32, 1]),
     )
         .prop_map(
-            |(cwnd, mss, rtt_us, delivery_rate, acked_per_read, ssthresh)| SimulatedPath {
-                cwnd,
-                mss,
-                min_rtt: Duration::from_micros(rtt_us),
-                delivery_rate,
-                ssthresh,
-                acked_per_read,
+            |(cwnd, mss, rtt_us, delivery_rate, acked_per_read, ssthresh, retransmits)| {
+                SimulatedPath {
+                    cwnd,
+                    mss,
+                    min_rtt: Duration::from_micros(rtt_us),
+                    delivery_rate,
+                    ssthresh,
+                    acked_per_read,
+                    retransmits,
+                }
             },
         )
 }

@@ -588,7 +588,8 @@ fn in_congestion_avoidance_the_next_record_goes_before_the_kernel_runs_dry() {
 }
 
 #[test]
-fn the_kernel_is_asked_to_pace_once_past_slow_start_on_a_paced_path_under_a_loss_based_control() {
+fn the_kernel_is_asked_to_pace_once_past_slow_start_and_a_drop_on_a_paced_path_under_a_loss_based_control(
+) {
     let now = Instant::now();
     let mut cubic = WriteBudget::default();
     cubic.set_congestion(CongestionControl::LossBased);
@@ -602,6 +603,15 @@ fn the_kernel_is_asked_to_pace_once_past_slow_start_on_a_paced_path_under_a_loss
         ..path(10, 0, 0, 0)
     };
     bulk_record(&mut cubic, &congestion_avoidance, now);
+    assert!(
+        !cubic.take_pacing_request(),
+        "not on a path that has dropped nothing"
+    );
+    let after_a_drop = PathState {
+        retransmits: 1,
+        ..congestion_avoidance
+    };
+    bulk_record(&mut cubic, &after_a_drop, now);
     assert!(cubic.take_pacing_request());
     bulk_record(&mut cubic, &congestion_avoidance, now);
     assert!(!cubic.take_pacing_request(), "once per connection");
@@ -670,11 +680,12 @@ fn bulk_records_end_the_kernels_unsent_bytes_on_a_segment_boundary() {
 fn where_the_kernel_paces_slowly_it_keeps_its_pacer_s_next_bytes_not_the_window_s_room() {
     let now = Instant::now();
     // Behind a deep competitor's queue (the lab's 1,000-packet one): 28 segments, 11 in
-    // flight, a 200 ms smoothed RTT; cubic paces at 240 kB/s.
+    // flight, a 200 ms smoothed RTT, a segment dropped; cubic paces at 240 kB/s.
     let behind_a_queue = PathState {
         ssthresh: 20,
         srtt: Duration::from_millis(200),
         pacing_rate: 240_000,
+        retransmits: 1,
         ..path(28, 11, 0, 0)
     };
     let mut unpaced = WriteBudget::default();

@@ -182,6 +182,9 @@ pub struct SimulatedPath {
     pub ssthresh: u32,
     /// Bytes acknowledged at each read of the state.
     pub acked_per_read: usize,
+    /// Segments retransmitted over the connection's life reported (the wrapper asks the
+    /// kernel to pace only once one was).
+    pub retransmits: u32,
 }
 
 impl Wire {
@@ -500,7 +503,7 @@ impl Wire {
             ssthresh: path.ssthresh,
             // The in-memory wire has no queue of its own: the RTT is the minimum.
             srtt: path.min_rtt,
-            retransmits: 0,
+            retransmits: path.retransmits,
             ..tls_flush::PathState::default()
         })
     }

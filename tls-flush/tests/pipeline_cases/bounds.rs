@@ -104,6 +104,7 @@ fn a_blocked_transport_queues_a_few_records_not_the_soft_limit() {
             delivery_rate: 0,
             ssthresh: 0,
             acked_per_read: 1 << 30,
+            retransmits: 0,
         });
         let mut config = comparable_preset(Policy::Scheduled)
             .soft_limit(soft)

@@ -55,9 +55,10 @@ fn recording_on_path_with(
         mss: 65_483,
         min_rtt,
         delivery_rate: 0,
-        // Past slow start (the kernel is asked to pace only then).
+        // Past slow start and a drop (the kernel is asked to pace only then).
         ssthresh: 10_000,
         acked_per_read: 1 << 30,
+        retransmits: 1,
     });
     started(config, w)
 }
@@ -361,6 +362,7 @@ fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end
             delivery_rate: 1_000_000,
             ssthresh: 2,
             acked_per_read: 0,
+            retransmits: 0,
         });
         // No anticipation: the bulk frame begins although the urgent request was read.
         let mut h = started(comparable_preset(policy).anticipate(None), w);
