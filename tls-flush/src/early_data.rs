@@ -4,22 +4,27 @@
 //! resumption is stateful, rustls' default). tokio-rustls 0.26's server returns the stream
 //! only once the handshake has completed, and keeps what arrived as early data aside, in
 //! `ServerConnection::early_data()`: an app reading the stream never sees those bytes.
-//! [`EarlyDataStream`] reads them first, then the rest of the stream, and counts the
+//! [`EarlyDataStream`] reads them first, then the rest of the stream, and keys the
 //! requests that began in them, so that they can be marked.
 //!
 //! What is covered, and what is not:
 //! - a request is early when its first frame (HTTP/2 HEADERS opening a stream) began in
-//!   early data. The requests are marked in the order the app receives them, which for
-//!   hyper is the order their streams opened: a stream that h2 refuses before the app sees
-//!   it moves the mark to a later request (more marked, never fewer). Early bytes that are
-//!   not HTTP/2 mark every request of the connection;
+//!   early data. Each early request's header block is decoded (the early bytes start at the
+//!   connection's beginning, so a fresh HPACK decoder follows the client's encoder) into a
+//!   key of its method, URI and header fields, and [`EarlyRequests::mark`] marks the
+//!   requests whose key matches an early one's, in whatever order it is called. Requests
+//!   identical in all of these are interchangeable: the first one marked takes the mark. A
+//!   block that cannot be keyed (cut by the end of early data, not decodable, too large)
+//!   leaves that request and the later early ones to counting: requests that match no key
+//!   take those marks in call order, as hyper delivers them (more marked, never fewer).
+//!   Early bytes that are not HTTP/2 mark every request of the connection;
 //! - requests are processed after the handshake has completed (tokio-rustls gives no stream
 //!   before), so a replayed ClientHello never reaches the app: an attacker who replays
 //!   early data cannot complete the handshake. The marks are for RFC 8470 semantics (425,
 //!   `Early-Data: 1` on forwarded requests), which matter for an app that forwards them to
 //!   a server that could act before its own handshake completes;
 //! - no 0.5-RTT data: responses are written after the handshake. For 0.5-RTT, see
-//!   [`HalfRttAcceptor`](crate::HalfRttAcceptor), whose stream counts the early requests
+//!   [`HalfRttAcceptor`](crate::HalfRttAcceptor), whose stream keys the early requests
 //!   as their bytes arrive, with the same rules.
 //!
 //! [`EarlyRequests::mark`] puts [`EarlyData`] into an early request's extensions, and
@@ -51,19 +56,18 @@
 use std::future::Future;
 use std::io::{self, Read};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::frame::{FrameHeader, CLIENT_PREFACE, HEADERS};
-
 mod body;
+mod keys;
 mod mark;
 use crate::Transport;
 pub(crate) use body::OrEmpty;
+use keys::{EarlyParser, KeyHasher, Marks};
 pub use mark::MarkEarly;
 
 /// A request extension: (the start of) this request arrived as TLS 1.3 early data, which
@@ -80,6 +84,10 @@ pub struct EarlyData;
 /// Which requests of one connection began in early data; cheap to clone into the
 /// connection's service. See [`EarlyDataStream::early_requests`].
 ///
+/// A request is marked by what it is (its method, URI and header fields, against those of
+/// the early requests' header blocks), not by when [`mark`](Self::mark) is called, so the
+/// clones may mark requests in any order, from any task.
+///
 /// ```
 /// let early = tls_flush::EarlyRequests::none();
 /// let mut request = http::Request::new(());
@@ -87,13 +95,16 @@ pub struct EarlyData;
 /// ```
 #[derive(Debug, Clone)]
 pub struct EarlyRequests {
-    /// How many of the next requests are early; [`ALL_EARLY`] for every one.
-    remaining: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
 }
 
-/// [`EarlyRequests::remaining`] when every request of the connection is early (its early
-/// bytes were not HTTP/2).
-const ALL_EARLY: usize = usize::MAX;
+/// What the clones of one [`EarlyRequests`] share.
+#[derive(Debug)]
+struct Shared {
+    marks: Mutex<Marks>,
+    /// Hashes the early requests' blocks (on the stream's side) and the requests marked.
+    hasher: KeyHasher,
+}
 
 impl EarlyRequests {
     /// No request is early.
@@ -102,17 +113,38 @@ impl EarlyRequests {
     /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
     /// ```
     pub fn none() -> Self {
-        Self::first(0)
+        Self::with(Marks::none())
     }
 
-    fn first(n: usize) -> Self {
+    fn with(marks: Marks) -> Self {
         EarlyRequests {
-            remaining: Arc::new(AtomicUsize::new(n)),
+            shared: Arc::new(Shared {
+                marks: Mutex::new(marks),
+                hasher: KeyHasher::default(),
+            }),
         }
     }
 
-    /// Call once per request, in the order the connection delivers them: inserts
-    /// [`EarlyData`] into the request's extensions if it began in early data, and says so.
+    /// The next `n` requests are early, by count.
+    #[cfg(test)]
+    fn first(n: usize) -> Self {
+        Self::with(Marks::counted(n))
+    }
+
+    fn marks(&self) -> MutexGuard<'_, Marks> {
+        // The marks are consistent after any statement: a panic elsewhere spoils nothing.
+        self.shared.marks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Call once per request the connection delivers, in any order: inserts [`EarlyData`]
+    /// into the request's extensions if it began in early data, and says so.
+    ///
+    /// A request is early when its method, URI and header fields (as hyper hands them over,
+    /// before any layer changes them) match those of a request whose header block began
+    /// in early data and that no earlier call has marked. When the early bytes could not
+    /// tell (a block cut by the end of early data, or one that did not decode), the
+    /// requests that match no early one take the remaining marks in call order; early bytes
+    /// that are not HTTP/2 make every request early.
     ///
     /// ```
     /// let early = tls_flush::EarlyRequests::none();
@@ -121,76 +153,83 @@ impl EarlyRequests {
     /// assert!(request.extensions().get::<tls_flush::EarlyData>().is_none());
     /// ```
     pub fn mark<B>(&self, request: &mut http::Request<B>) -> bool {
-        let early = self
-            .remaining
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| match n {
-                ALL_EARLY => Some(ALL_EARLY),
-                n => n.checked_sub(1),
-            })
-            .is_ok();
+        let hasher = &self.shared.hasher;
+        let early = self.marks().take(|| hasher.of_request(request));
         if early {
             request.extensions_mut().insert(EarlyData);
         }
         early
     }
 
-    /// How many of the next requests will be marked (`usize::MAX`: all of them).
+    /// How many early requests are not marked yet (`usize::MAX`: every request of the
+    /// connection is early). A request whose first bytes arrived early but whose header
+    /// block is not complete yet counts.
     ///
     /// ```
     /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
     /// ```
     pub fn remaining(&self) -> usize {
-        self.remaining.load(Ordering::Acquire)
+        self.marks().remaining()
     }
 
-    /// `n` more requests are early (`ALL_EARLY`: all of them).
-    fn add(&self, n: usize) {
-        let _ = self
-            .remaining
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| match (r, n) {
-                (ALL_EARLY, _) | (_, ALL_EARLY) => Some(ALL_EARLY),
-                (r, n) => Some(r.saturating_add(n).min(ALL_EARLY - 1)),
-            });
+    /// Early requests left to count-based marking because their header block could not be
+    /// keyed (cut, not decodable, too large, or past the bound on keys).
+    #[cfg(test)]
+    pub(crate) fn fallbacks(&self) -> usize {
+        self.marks().fallbacks()
     }
 }
 
-/// Counts the requests that begin in early data as its bytes are read, a piece at a time
+/// Keys the requests that begin in early data as its bytes are read, a piece at a time
 /// (for [`HalfRttStream`](crate::HalfRttStream), which hands early data on while more may
-/// still arrive). It keeps the early bytes seen, at most the server's
-/// `max_early_data_size`, since rustls accepts no more.
+/// still arrive), and says when the early data ended.
 #[derive(Debug)]
 pub(crate) struct EarlyCounter {
-    seen: Vec<u8>,
-    counted: usize,
+    /// Early bytes fed so far.
+    fed: usize,
+    /// Made at the first early byte, dropped when the early data ends.
+    parser: Option<Box<EarlyParser>>,
+    ended: bool,
     requests: EarlyRequests,
 }
 
 impl Default for EarlyCounter {
     fn default() -> Self {
         EarlyCounter {
-            seen: Vec::new(),
-            counted: 0,
-            requests: EarlyRequests::none(),
+            fed: 0,
+            parser: None,
+            ended: false,
+            requests: EarlyRequests::with(Marks::default()),
         }
     }
 }
 
 impl EarlyCounter {
-    /// The early bytes handed on so far continue with `chunk`: count the requests that
-    /// began in them. A count only grows (a frame header cut before its type counted as
-    /// HEADERS stays counted: more marked, never fewer).
+    /// The early bytes handed on so far continue with `chunk`: key (or count) the requests
+    /// that began in them, before the app can see them.
     pub(crate) fn feed(&mut self, chunk: &[u8]) {
-        self.seen.extend_from_slice(chunk);
-        let count = early_count(&self.seen);
-        if count > self.counted {
-            let add = if count == ALL_EARLY {
-                ALL_EARLY
-            } else {
-                count - self.counted
-            };
-            self.requests.add(add);
-            self.counted = count;
+        if self.ended || chunk.is_empty() {
+            return;
         }
+        self.fed += chunk.len();
+        let hasher = &self.requests.shared.hasher;
+        let parser = self
+            .parser
+            .get_or_insert_with(|| Box::new(EarlyParser::new(hasher.clone())));
+        parser.feed(chunk);
+        let pending = parser.pending();
+        self.requests.marks().add(parser.found(), pending);
+    }
+
+    /// The early data has ended (call before handing on any later byte): a request whose
+    /// header block it cut is counted, and a request matching no early key is no longer
+    /// early by default.
+    pub(crate) fn end(&mut self) {
+        if std::mem::replace(&mut self.ended, true) {
+            return;
+        }
+        self.parser = None;
+        self.requests.marks().end();
     }
 
     /// The requests to mark, shared with every clone.
@@ -200,7 +239,7 @@ impl EarlyCounter {
 
     /// Early bytes fed so far.
     pub(crate) fn bytes(&self) -> usize {
-        self.seen.len()
+        self.fed
     }
 }
 
@@ -226,7 +265,7 @@ pub struct EarlyDataStream<IO> {
 
 impl<IO> EarlyDataStream<IO> {
     /// Takes the early data rustls kept aside during the handshake (at most the server's
-    /// `max_early_data_size`) and counts the requests that began in it.
+    /// `max_early_data_size`) and keys the requests that began in it.
     ///
     /// ```no_run
     /// # async fn run(acceptor: tokio_rustls::TlsAcceptor, tcp: tokio::net::TcpStream) -> std::io::Result<()> {
@@ -285,36 +324,13 @@ impl<IO> EarlyDataStream<IO> {
     }
 }
 
-/// The requests that began in `early`: HTTP/2 HEADERS frames opening a stream, counted by
-/// where they start (a frame header cut before its type counts as one, to be safe).
+/// The requests that began in `early`, all of the early data: HTTP/2 HEADERS frames opening a
+/// stream, keyed by their header blocks.
 fn early_requests(early: &[u8]) -> EarlyRequests {
-    EarlyRequests::first(early_count(early))
-}
-
-/// How many requests began in `early` ([`ALL_EARLY`]: its bytes are not HTTP/2, every
-/// request of the connection is early).
-fn early_count(early: &[u8]) -> usize {
-    if early.is_empty() {
-        return 0;
-    }
-    let n = early.len().min(CLIENT_PREFACE.len());
-    if early[..n] != CLIENT_PREFACE[..n] {
-        return ALL_EARLY;
-    }
-    let (mut pos, mut count, mut highest) = (CLIENT_PREFACE.len(), 0usize, 0u32);
-    while let Some(rest) = early.get(pos..).filter(|r| !r.is_empty()) {
-        let Some(header) = FrameHeader::parse(rest) else {
-            // Cut inside the frame header: a HEADERS frame unless its type says otherwise.
-            count += usize::from(rest.get(3).is_none_or(|&kind| kind == HEADERS));
-            break;
-        };
-        if header.kind == HEADERS && header.stream_id > highest {
-            highest = header.stream_id;
-            count += 1;
-        }
-        pos = pos.saturating_add(header.frame_len());
-    }
-    count
+    let mut counter = EarlyCounter::default();
+    counter.feed(early);
+    counter.end();
+    counter.requests()
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for EarlyDataStream<IO> {
@@ -564,7 +580,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::FLAG_END_HEADERS;
+    use crate::frame::{FrameHeader, CLIENT_PREFACE, FLAG_END_HEADERS, HEADERS};
 
     fn frame(kind: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
         let mut out = FrameHeader {

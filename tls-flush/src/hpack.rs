@@ -47,6 +47,10 @@ mod tests;
 
 use crate::stats::ConnectionStats;
 
+/// Why a header block did not decode (for [`RequestDecoder`]'s callers).
+#[cfg(feature = "serve")]
+pub(crate) use decoder::Error as DecodeError;
+
 /// Initial dynamic table size (RFC 7540 §6.5.2, SETTINGS_HEADER_TABLE_SIZE default).
 const INITIAL_TABLE_SIZE: usize = 4096;
 /// Largest dynamic table we agree to mirror; bigger size updates disable the observer
@@ -105,6 +109,30 @@ pub(crate) fn first_request_method(block: &[u8]) -> Option<Vec<u8>> {
         })
         .ok()?;
     method
+}
+
+/// Decodes a client's request header blocks from the start of its connection, for the
+/// early requests' keys: the table starts at the default size (the client cannot have seen
+/// the server's SETTINGS yet) and may be resized up to [`MAX_TABLE_SIZE`], as the observers
+/// allow. After an error its table is lost: the caller must stop using it.
+#[cfg(feature = "serve")]
+pub(crate) struct RequestDecoder(decoder::Decoder);
+
+#[cfg(feature = "serve")]
+impl RequestDecoder {
+    pub(crate) fn new() -> Self {
+        RequestDecoder(decoder::Decoder::new(INITIAL_TABLE_SIZE, MAX_TABLE_SIZE))
+    }
+
+    /// Decodes one complete header block, calling `field(name, value)` for each line in
+    /// order.
+    pub(crate) fn decode(
+        &mut self,
+        block: &[u8],
+        field: impl FnMut(&[u8], &[u8]),
+    ) -> Result<(), DecodeError> {
+        self.0.decode(block, field)
+    }
 }
 
 impl std::fmt::Debug for PassiveDecoder {

@@ -10,10 +10,12 @@ use super::{EarlyRequests, TooEarly, TooEarlyLayer};
 /// [`EarlyData`](crate::EarlyData) ([`EarlyRequests::mark`]), then passes
 /// [`TooEarlyLayer`]'s rule (`425 Too Early` for the methods it does not let through).
 ///
-/// It marks requests in the order it is called: behind hyper-util's `TowerToHyperService`
-/// (as under `axum::serve` and axum-server), requests h2 accepted together may be called in
-/// another order, so an early request may go unmarked while a later one of the same
-/// connection is marked; [`serve`](fn@crate::serve) marks them in h2's order.
+/// Which requests it marks does not depend on the order it is called in: behind
+/// hyper-util's `TowerToHyperService` (as under `axum::serve` and axum-server), requests
+/// h2 accepted together are called in whatever order the runtime runs their tasks, and each
+/// early request is still the one marked, matched by its method, URI and header fields
+/// ([`EarlyRequests::mark`], which also says what happens to requests the early bytes could
+/// not key).
 ///
 /// [`HalfRttMakeService`](crate::HalfRttMakeService) (axum) and
 /// [`HalfRttTlsAcceptor`](crate::HalfRttTlsAcceptor) (axum-server) build it; for a
@@ -41,7 +43,7 @@ pub struct MarkEarly<S> {
 }
 
 impl<S> MarkEarly<S> {
-    /// `inner` behind `too_early`, with the requests `early` counts marked.
+    /// `inner` behind `too_early`, with the requests `early` says began early marked.
     ///
     /// ```
     /// use tls_flush::{EarlyRequests, MarkEarly, TooEarlyLayer};
@@ -80,12 +82,12 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        // `EarlyRequests` counts in the order h2 accepted the streams. Behind hyper-util's
-        // `TowerToHyperService` (axum::serve and axum-server use it) this call comes when
-        // the request's task first runs, which on a multi-threaded runtime may differ for
-        // requests accepted together: one that arrived after the early ones may take an
-        // early one's mark (a spurious 425 for an unsafe method, and the early one served
-        // as if it were not early). `tls_flush::serve` marks at hyper's own call, in order.
+        // Behind hyper-util's `TowerToHyperService` (axum::serve and axum-server use it)
+        // this call comes when the request's task first runs, in any order on a
+        // multi-threaded runtime. `mark` matches the request against the early requests'
+        // keys, so the early ones are marked whatever the order; only requests the early
+        // bytes could not key (a header block cut or not decodable) are marked by count,
+        // in this call's order.
         self.early.mark(&mut request);
         self.inner.call(request)
     }

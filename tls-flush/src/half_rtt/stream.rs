@@ -86,8 +86,8 @@ impl<IO> HalfRttStream<IO> {
         self.early_held.store(false, Ordering::Release);
     }
 
-    /// The requests that began in early data, for [`EarlyRequests::mark`]: the count
-    /// grows as the early bytes are read, before hyper sees the requests in them.
+    /// The requests that began in early data, for [`EarlyRequests::mark`]: each is keyed
+    /// as the early bytes are read, before hyper sees it.
     ///
     /// ```no_run
     /// # fn check(stream: &tls_flush::HalfRttStream<tokio::net::TcpStream>) {
@@ -244,6 +244,9 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> HalfRttStream<IO> {
         if self.conn.is_handshaking() {
             return Ok(false);
         }
+        // Every early byte has been handed on (the client's EndOfEarlyData came before its
+        // Finished): what follows is not early.
+        self.early.end();
         match self.conn.reader().read(buf.initialize_unfilled()) {
             Ok(0) => {
                 // close_notify: the end of the stream.

@@ -81,8 +81,8 @@ type HalfRttIo = HalfRttStream<Tracked<TcpStream>>;
 /// pointer rather than a closure, so that the service's type can be named.
 type OrEmptyFn<B> = fn(Response<B>) -> Response<OrEmpty<B>>;
 
-/// The service hyper calls: each request marked (in the order h2 accepted them), then
-/// the body gate, the 0.5-RTT rule.
+/// The service hyper calls: each request marked (in the order h2 accepted them, which the
+/// body gate needs), then the body gate, the 0.5-RTT rule.
 type Stack<S> = Marked<
     TowerToHyperService<
         GatedService<TooEarly<tower::util::MapResponse<S, OrEmptyFn<<S as HttpService>::ResBody>>>>,
@@ -276,10 +276,11 @@ where
 /// extensions, [`EarlyData`](crate::EarlyData) in those that began in TLS 1.3 early data,
 /// and, for the body gate, the HTTP/2 stream each request came on.
 ///
-/// Why at hyper's level: both marks count requests in the order h2 accepted their
-/// streams, and hyper calls its service in that order; a tower service behind
-/// `TowerToHyperService` is only called once the request's task first runs, in whatever
-/// order the runtime runs the tasks.
+/// Why at hyper's level: the body gate claims streams in the order h2 accepted them, and
+/// hyper calls its service in that order; a tower service behind `TowerToHyperService` is
+/// only called once the request's task first runs, in whatever order the runtime runs the
+/// tasks. (The early mark matches each request by its key and needs no order, except for
+/// requests the early bytes could not key, which are marked by count.)
 #[derive(Debug, Clone)]
 struct Marked<S> {
     inner: S,
