@@ -1,6 +1,9 @@
 //! HTTP/2 frame headers (RFC 9113 §4.1): just enough to find frame boundaries,
 //! classify frames and read the few payloads the observers care about.
 
+mod client_frames;
+pub(crate) use client_frames::{ClientFrames, FrameSink, Verdict};
+
 /// Length of the fixed frame header.
 pub(crate) const HEADER_LEN: usize = 9;
 

@@ -6,7 +6,8 @@
 
 use tower_priority::Priority;
 
-use crate::frame::{self, FrameHeader, CLIENT_PREFACE, HEADER_LEN};
+pub(crate) use crate::frame::Verdict;
+use crate::frame::{self, ClientFrames, FrameHeader, FrameSink};
 use crate::hpack::{PassiveDecoder, PriorityField};
 use crate::priorities::StreamPriorities;
 use crate::stats::ConnectionStats;
@@ -17,39 +18,16 @@ pub(crate) const MAX_HEADER_BLOCK: usize = 64 * 1024;
 /// Longest PRIORITY_UPDATE field value we copy; a longer one is counted invalid unread.
 pub(crate) const MAX_UPDATE_VALUE: usize = 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    /// Still reading the client preface.
-    Undecided,
-    /// The preface matched: this is HTTP/2.
-    Http2,
-    /// Not HTTP/2 (or tracking was abandoned): bytes are no longer examined.
-    NotHttp2,
-}
-
-#[derive(Debug)]
-enum State {
-    Preface {
-        matched: usize,
-    },
-    Header {
-        buf: [u8; HEADER_LEN],
-        len: usize,
-    },
-    /// Reading a payload: `keep` means copy it into `payload`.
-    Payload {
-        header: FrameHeader,
-        remaining: usize,
-        keep: bool,
-    },
-    Off,
-}
-
 /// Follows one connection's client-to-server byte stream.
 #[derive(Debug)]
 pub(crate) struct ReadObserver {
-    state: State,
-    payload: Vec<u8>,
+    frames: ClientFrames,
+    blocks: Blocks,
+}
+
+/// The header blocks of a connection's requests, as they are reassembled and decoded.
+#[derive(Debug)]
+struct Blocks {
     /// Header block being reassembled: stream id and fragments so far.
     block_stream: u32,
     block: Vec<u8>,
@@ -59,129 +37,76 @@ pub(crate) struct ReadObserver {
     decoder: PassiveDecoder,
 }
 
+/// What the frames tell the observer, with the priorities they update.
+struct Signals<'a> {
+    blocks: &'a mut Blocks,
+    priorities: &'a mut StreamPriorities,
+}
+
 impl ReadObserver {
     pub(crate) fn new(stats: ConnectionStats) -> Self {
         ReadObserver {
-            state: State::Preface { matched: 0 },
-            payload: Vec::new(),
-            block_stream: 0,
-            block: Vec::new(),
-            in_block: false,
-            block_ends_stream: false,
-            decoder: PassiveDecoder::new("request", stats),
+            frames: ClientFrames::default(),
+            blocks: Blocks {
+                block_stream: 0,
+                block: Vec::new(),
+                in_block: false,
+                block_ends_stream: false,
+                decoder: PassiveDecoder::new("request", stats),
+            },
         }
     }
 
     pub(crate) fn verdict(&self) -> Verdict {
-        match self.state {
-            State::Preface { .. } => Verdict::Undecided,
-            State::Off => Verdict::NotHttp2,
-            _ => Verdict::Http2,
-        }
+        self.frames.verdict()
     }
 
     /// Feeds bytes the client sent, in order.
-    pub(crate) fn observe(&mut self, mut bytes: &[u8], priorities: &mut StreamPriorities) {
-        while !bytes.is_empty() {
-            match &mut self.state {
-                State::Off => return,
-                State::Preface { matched } => {
-                    let want = &CLIENT_PREFACE[*matched..];
-                    let n = want.len().min(bytes.len());
-                    if bytes[..n] != want[..n] {
-                        self.state = State::Off;
-                        return;
-                    }
-                    *matched += n;
-                    bytes = &bytes[n..];
-                    if *matched == CLIENT_PREFACE.len() {
-                        self.state = State::Header {
-                            buf: [0; HEADER_LEN],
-                            len: 0,
-                        };
-                    }
-                }
-                State::Header { buf, len } => {
-                    let n = (HEADER_LEN - *len).min(bytes.len());
-                    buf[*len..*len + n].copy_from_slice(&bytes[..n]);
-                    *len += n;
-                    bytes = &bytes[n..];
-                    if *len == HEADER_LEN {
-                        let Some(header) = FrameHeader::parse(buf) else {
-                            unreachable!("nine bytes always parse")
-                        };
-                        self.start_payload(header, priorities);
-                    }
-                }
-                State::Payload {
-                    header,
-                    remaining,
-                    keep,
-                } => {
-                    let n = (*remaining).min(bytes.len());
-                    if *keep {
-                        self.payload.extend_from_slice(&bytes[..n]);
-                    }
-                    *remaining -= n;
-                    bytes = &bytes[n..];
-                    if *remaining == 0 {
-                        let header = *header;
-                        self.finish_frame(header, priorities);
-                    }
-                }
-            }
-        }
+    pub(crate) fn observe(&mut self, bytes: &[u8], priorities: &mut StreamPriorities) {
+        let mut signals = Signals {
+            blocks: &mut self.blocks,
+            priorities,
+        };
+        self.frames.feed(bytes, &mut signals);
     }
+}
 
-    fn start_payload(&mut self, header: FrameHeader, priorities: &mut StreamPriorities) {
+impl FrameSink for Signals<'_> {
+    fn frame_started(&mut self, header: &FrameHeader) -> bool {
         let len = header.length as usize;
-        let keep = match header.kind {
+        match header.kind {
             frame::HEADERS | frame::CONTINUATION => {
-                self.decoder.is_enabled() && self.block.len() + len <= MAX_HEADER_BLOCK
+                self.blocks.decoder.is_enabled()
+                    && self.blocks.block.len() + len <= MAX_HEADER_BLOCK
             }
             frame::PRIORITY_UPDATE => len <= 4 + MAX_UPDATE_VALUE,
             _ => false,
-        };
-        self.payload.clear();
-        self.state = State::Payload {
-            header,
-            remaining: len,
-            keep,
-        };
-        if len == 0 {
-            self.finish_frame(header, priorities);
         }
     }
 
-    fn finish_frame(&mut self, header: FrameHeader, priorities: &mut StreamPriorities) {
-        self.state = State::Header {
-            buf: [0; HEADER_LEN],
-            len: 0,
-        };
-        let payload = std::mem::take(&mut self.payload);
+    fn frame_ended(&mut self, header: FrameHeader, payload: &[u8], kept: bool) {
+        let priorities = &mut *self.priorities;
         match header.kind {
-            frame::HEADERS | frame::CONTINUATION => {
-                self.header_fragment(header, &payload, priorities)
-            }
+            frame::HEADERS | frame::CONTINUATION => self
+                .blocks
+                .header_fragment(header, payload, kept, priorities),
+            // Not kept (longer than we copy) it is empty: certainly not a sensible value.
             frame::PRIORITY_UPDATE => {
-                if payload.len() == header.length as usize {
-                    priorities.apply_update(header.stream_id, &payload);
-                } else {
-                    // Longer than we copy: certainly not a sensible field value.
-                    priorities.apply_update(header.stream_id, &[]);
-                }
+                priorities.apply_update(header.stream_id, payload);
             }
             frame::DATA if header.end_stream() => priorities.request_complete(header.stream_id),
             frame::RST_STREAM => priorities.close(header.stream_id),
             _ => {}
         }
-        self.payload = payload;
     }
+}
 
+impl Blocks {
     fn header_fragment(
         &mut self,
         header: FrameHeader,
         payload: &[u8],
+        kept: bool,
         priorities: &mut StreamPriorities,
     ) {
         if header.kind == frame::HEADERS {
@@ -194,7 +119,7 @@ impl ReadObserver {
             return;
         }
         if self.decoder.is_enabled() {
-            if payload.len() != header.length as usize {
+            if !kept {
                 // Too large to reassemble: HPACK state is lost for good.
                 self.block.clear();
                 self.in_block = false;
@@ -235,7 +160,7 @@ impl ReadObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::encoded_frame;
+    use crate::frame::{encoded_frame, CLIENT_PREFACE};
 
     /// A literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2).
     fn literal(name: &str, value: &str) -> Vec<u8> {

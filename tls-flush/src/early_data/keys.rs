@@ -11,7 +11,7 @@
 
 use std::hash::{BuildHasher, RandomState};
 
-use crate::frame::{self, FrameHeader, CLIENT_PREFACE, HEADER_LEN};
+use crate::frame::{self, ClientFrames, FrameHeader, FrameSink, Verdict};
 use crate::hpack::RequestDecoder;
 
 /// Largest header block decoded, as the read observer's (hyper's h2 refuses header lists
@@ -225,27 +225,6 @@ pub(super) struct Found {
     all: bool,
 }
 
-#[derive(Debug)]
-enum State {
-    Preface {
-        matched: usize,
-    },
-    Header {
-        buf: [u8; HEADER_LEN],
-        len: usize,
-    },
-    /// Reading a payload, copied into `payload` when `keep` (a header block's fragment).
-    /// `opens`: the frame is a HEADERS opening a stream, a request.
-    Payload {
-        header: FrameHeader,
-        remaining: usize,
-        keep: bool,
-        opens: bool,
-    },
-    /// Not HTTP/2: nothing more to read.
-    NotHttp2,
-}
-
 /// A header block being reassembled.
 #[derive(Debug, Clone, Copy)]
 struct Block {
@@ -254,12 +233,25 @@ struct Block {
     opens: bool,
 }
 
+/// The frame being read: whether it opens a request, and whether its payload is kept.
+#[derive(Debug, Clone, Copy)]
+struct Current {
+    opens: bool,
+    keep: bool,
+}
+
 /// Reads the early bytes a piece at a time and keys the requests that begin in them.
 /// Memory: one frame's payload and one block, both at most [`MAX_BLOCK`], and the decoder's
 /// table (64 KiB at most); dropped when the early data ends.
+#[derive(Debug)]
 pub(super) struct EarlyParser {
-    state: State,
-    payload: Vec<u8>,
+    frames: ClientFrames,
+    blocks: KeyedBlocks,
+}
+
+/// The early requests' header blocks, reassembled and keyed.
+struct KeyedBlocks {
+    current: Option<Current>,
     block: Option<Block>,
     fragments: Vec<u8>,
     /// The highest stream opened: a HEADERS frame on a higher one opens a request.
@@ -273,10 +265,9 @@ pub(super) struct EarlyParser {
     found: Found,
 }
 
-impl std::fmt::Debug for EarlyParser {
+impl std::fmt::Debug for KeyedBlocks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EarlyParser")
-            .field("state", &self.state)
+        f.debug_struct("KeyedBlocks")
             .field("keyed", &self.keyed)
             .field("decoding", &self.decoder.is_some())
             .finish_non_exhaustive()
@@ -286,96 +277,53 @@ impl std::fmt::Debug for EarlyParser {
 impl EarlyParser {
     pub(super) fn new(hasher: KeyHasher) -> Self {
         EarlyParser {
-            state: State::Preface { matched: 0 },
-            payload: Vec::new(),
-            block: None,
-            fragments: Vec::new(),
-            highest: 0,
-            decoder: Some(RequestDecoder::new()),
-            keyed: 0,
-            hasher,
-            found: Found::default(),
+            frames: ClientFrames::default(),
+            blocks: KeyedBlocks {
+                current: None,
+                block: None,
+                fragments: Vec::new(),
+                highest: 0,
+                decoder: Some(RequestDecoder::new()),
+                keyed: 0,
+                hasher,
+                found: Found::default(),
+            },
         }
     }
 
     /// What the bytes fed since the last call said, for [`Marks::add`].
     pub(super) fn found(&mut self) -> &mut Found {
-        &mut self.found
+        &mut self.blocks.found
     }
 
     /// A request began in the bytes fed so far and has no key (nor count) yet: its block
     /// is not complete, or a frame header is cut before it says it is not a HEADERS frame
     /// (counted as one, to be safe).
     pub(super) fn pending(&self) -> bool {
-        let in_request_block = self.block.is_some_and(|b| b.opens);
-        match &self.state {
-            State::Header { buf, len } => {
-                in_request_block
-                    || (*len > 0
-                        && self.block.is_none()
-                        && buf
-                            .get(3)
-                            .filter(|_| *len > 3)
-                            .is_none_or(|&kind| kind == frame::HEADERS))
-            }
-            State::Payload { keep, opens, .. } => in_request_block || (*opens && *keep),
-            State::Preface { .. } | State::NotHttp2 => false,
+        let blocks = &self.blocks;
+        if blocks.block.is_some_and(|b| b.opens) {
+            return true;
         }
+        if let Some(current) = blocks.current {
+            return current.opens && current.keep;
+        }
+        let cut = self.frames.partial_header();
+        !cut.is_empty()
+            && blocks.block.is_none()
+            && cut.get(3).is_none_or(|&kind| kind == frame::HEADERS)
     }
 
     /// Reads the next early bytes.
-    pub(super) fn feed(&mut self, mut bytes: &[u8]) {
-        while !bytes.is_empty() {
-            match &mut self.state {
-                State::NotHttp2 => return,
-                State::Preface { matched } => {
-                    let want = CLIENT_PREFACE.get(*matched..).unwrap_or_default();
-                    let n = want.len().min(bytes.len());
-                    if bytes[..n] != want[..n] {
-                        self.state = State::NotHttp2;
-                        self.found.all = true;
-                        return;
-                    }
-                    *matched += n;
-                    bytes = &bytes[n..];
-                    if *matched == CLIENT_PREFACE.len() {
-                        self.state = State::Header {
-                            buf: [0; HEADER_LEN],
-                            len: 0,
-                        };
-                    }
-                }
-                State::Header { buf, len } => {
-                    let n = (HEADER_LEN - *len).min(bytes.len());
-                    buf[*len..*len + n].copy_from_slice(&bytes[..n]);
-                    *len += n;
-                    bytes = &bytes[n..];
-                    if let Some(header) = FrameHeader::parse(&buf[..*len]) {
-                        self.start_payload(header);
-                    }
-                }
-                State::Payload {
-                    header,
-                    remaining,
-                    keep,
-                    opens,
-                } => {
-                    let n = (*remaining).min(bytes.len());
-                    if *keep {
-                        self.payload.extend_from_slice(&bytes[..n]);
-                    }
-                    *remaining -= n;
-                    bytes = &bytes[n..];
-                    if *remaining == 0 {
-                        let (header, keep, opens) = (*header, *keep, *opens);
-                        self.finish_frame(header, keep, opens);
-                    }
-                }
-            }
+    pub(super) fn feed(&mut self, bytes: &[u8]) {
+        self.frames.feed(bytes, &mut self.blocks);
+        if self.frames.verdict() == Verdict::NotHttp2 {
+            self.blocks.found.all = true;
         }
     }
+}
 
-    fn start_payload(&mut self, header: FrameHeader) {
+impl FrameSink for KeyedBlocks {
+    fn frame_started(&mut self, header: &FrameHeader) -> bool {
         let len = header.length as usize;
         let opens = header.kind == frame::HEADERS && header.stream_id > self.highest;
         if opens {
@@ -398,18 +346,37 @@ impl EarlyParser {
         if opens && !keep {
             self.count();
         }
-        self.payload.clear();
-        self.state = State::Payload {
-            header,
-            remaining: len,
-            keep,
-            opens,
-        };
-        if len == 0 {
-            self.finish_frame(header, keep, opens);
-        }
+        self.current = Some(Current { opens, keep });
+        keep
     }
 
+    fn frame_ended(&mut self, header: FrameHeader, payload: &[u8], kept: bool) {
+        let Some(Current { opens, .. }) = self.current.take() else {
+            return;
+        };
+        if !kept {
+            return;
+        }
+        if header.kind == frame::HEADERS {
+            self.block = Some(Block {
+                stream_id: header.stream_id,
+                opens,
+            });
+        }
+        match frame::header_block_fragment(&header, payload) {
+            Some(fragment) => self.fragments.extend_from_slice(fragment),
+            None => {
+                self.fail("malformed header block frame");
+                return;
+            }
+        }
+        if header.end_headers() {
+            self.complete_block();
+        }
+    }
+}
+
+impl KeyedBlocks {
     /// Whether a header block fragment that makes the block `len` bytes is decoded; when it
     /// is too large, decoding stops for good.
     fn keep_fragment(&mut self, len: usize) -> bool {
@@ -421,32 +388,6 @@ impl EarlyParser {
             return false;
         }
         true
-    }
-
-    fn finish_frame(&mut self, header: FrameHeader, keep: bool, opens: bool) {
-        self.state = State::Header {
-            buf: [0; HEADER_LEN],
-            len: 0,
-        };
-        if !keep {
-            return;
-        }
-        if header.kind == frame::HEADERS {
-            self.block = Some(Block {
-                stream_id: header.stream_id,
-                opens,
-            });
-        }
-        match frame::header_block_fragment(&header, &self.payload) {
-            Some(fragment) => self.fragments.extend_from_slice(fragment),
-            None => {
-                self.fail("malformed header block frame");
-                return;
-            }
-        }
-        if header.end_headers() {
-            self.complete_block();
-        }
     }
 
     fn complete_block(&mut self) {
