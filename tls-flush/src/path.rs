@@ -393,10 +393,9 @@ impl WriteBudget {
 
     /// True once per connection, after the first read that found a paced path under a
     /// loss-based (or unknown) congestion control past its initial slow start and its first
-    /// retransmission: the socket
-    /// should then have the kernel pace it. BBR paces by itself, an unpaced path needs no
-    /// pacing, and slow start grows its window faster unpaced (see the
-    /// [module documentation](self)).
+    /// retransmission: the socket should then have the kernel pace it. BBR paces by itself,
+    /// an unpaced path needs no pacing, slow start grows its window faster unpaced, and a
+    /// path that drops nothing queues its bursts (see the [module documentation](self)).
     pub(crate) fn take_pacing_request(&mut self) -> bool {
         let wanted = self.kernel_pacing == KernelPacing::NotAsked
             && self.slow_start == SlowStart::Over

@@ -5,7 +5,7 @@ use http::Request;
 use tls_flush_testkit::{hpack_int, hpack_string, literal};
 
 use super::MAX_KEYS;
-use crate::early_data::{EarlyCounter, EarlyData, EarlyRequests};
+use crate::early_data::{early_requests, EarlyCounter, EarlyData, EarlyRequests};
 use crate::frame::{
     encoded_frame, CLIENT_PREFACE, CONTINUATION, FLAG_END_HEADERS, FLAG_END_STREAM, HEADERS,
     SETTINGS,
@@ -53,14 +53,6 @@ fn preface() -> Vec<u8> {
     let mut out = CLIENT_PREFACE.to_vec();
     out.extend(encoded_frame(SETTINGS, 0, 0, &[]));
     out
-}
-
-/// `early` fed at once, the early data ended.
-fn early_requests(early: &[u8]) -> EarlyRequests {
-    let mut counter = EarlyCounter::default();
-    counter.feed(early);
-    counter.end();
-    counter.requests()
 }
 
 /// Marks `requests` in the order of `order`; which of them were marked, by position.
