@@ -227,8 +227,9 @@ async fn an_urgent_response_overtakes_a_download_at_its_source() {
         "download bytes amid the {URGENT}-byte urgent response: stock {stock}, \
          scheduled without body scheduling {unscheduled}, scheduled {scheduled}"
     );
-    // The control: h2's turns interleave the two bodies.
-    assert!(stock > URGENT / 2, "stock interleaved only {stock} bytes");
+    // The control: h2's turns interleave the two bodies, so stock fails the bound below
+    // (measured 2.0-3.5 MiB; exactly half the urgent response on a busy CI machine).
+    assert!(stock >= URGENT / 4, "stock interleaved only {stock} bytes");
     // What h2 had buffered for the download when the urgent response began (hyper's
     // per-stream send buffer under `serve`, 128 KiB, and a chunk) and when it ended; the
     // download's sixteenth-per-level share is nothing at u=1 against u=5. Measured 160-260
@@ -247,7 +248,7 @@ async fn a_shorter_response_of_the_same_urgency_overtakes_a_download_at_its_sour
         "download bytes amid the {URGENT}-byte shorter response: stock {stock}, \
          scheduled {scheduled}"
     );
-    assert!(stock > URGENT / 2, "stock interleaved only {stock} bytes");
+    assert!(stock >= URGENT / 4, "stock interleaved only {stock} bytes");
     // The download's sixteenth of the level (256 KiB) and what h2 had buffered for it.
     assert!(
         scheduled < URGENT / 4,
