@@ -106,7 +106,7 @@ const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// (`http2_max_concurrent_streams`) and h2o do, and the minimum RFC 9113 §6.5.2 recommends
 /// (hyper's own default is 200). It bounds what a client makes the server read ahead: each
 /// open stream holds a request in h2 and a response of up to h2's per-stream send buffer
-/// (128 KiB, 16 KiB with body scheduling) waiting for the wrapper's queue, so a client that keeps opening
+/// (128 KiB; with body scheduling 16 KiB, 64 KiB to a nearby peer) waiting for the wrapper's queue, so a client that keeps opening
 /// streams while it does not read gets further ones refused (`RST_STREAM` with
 /// `REFUSED_STREAM`, which a client retries) instead of growing the server's backlog.
 pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
@@ -142,18 +142,62 @@ impl Default for Settings {
 /// every 16 KiB DATA frame became a full record and a 9-byte one, as stock's do).
 pub(crate) const H2_SEND_BUFFER: usize = 128 * 1024;
 
-/// The same with body scheduling on ([`FlushConfig::schedule_bodies`]): it decides when a
-/// body ends, which is when body scheduling stops holding less urgent bodies back. Measured
-/// in the browser lab's page-busy (hero image behind a 20 MiB download, tun link), the hero
-/// ended at 1,257 ms with 128 KiB, 689-750 with 32 KiB, 587 with 16 KiB.
+/// The same with body scheduling on ([`FlushConfig::schedule_bodies`]), where the write
+/// budget paces the path: it decides when a body ends, which is when body scheduling stops
+/// holding less urgent bodies back. Measured in the browser lab's page-busy (hero image
+/// behind a 20 MiB download, tun link), the hero ended at 1,257 ms with 128 KiB, 689-750
+/// with 32 KiB, 587 with 16 KiB. Not on a path the budget does not pace (a minimum RTT
+/// under [`MIN_PACED_RTT`](crate::MIN_PACED_RTT): loopback, a LAN), whose queues drain
+/// in well under a millisecond: there each 16 KiB of a body took a round of task wake-ups,
+/// and 1 MiB downloads on loopback got 0.90x stock's throughput (h2load `-c 4 -m 1`, 5
+/// alternating rounds, `SCALE_ROWS=bulk scripts/scale.sh`; 1.42x with 64 KiB, 1.02x with
+/// 32, 1.49x with 128).
 pub(crate) const H2_SEND_BUFFER_SCHEDULED: usize = crate::body_gate::GATE_PIECE;
+
+/// The per-stream send buffer with body scheduling on a path the write budget does not pace
+/// (see [`H2_SEND_BUFFER_SCHEDULED`]): what a stalled reader there parks in h2 besides the
+/// wrapper's queue (1,000 stalled loopback downloads: 121 KiB of server RSS per connection
+/// against 92 with 16 KiB and 129 with 128; stock 65).
+pub(crate) const H2_SEND_BUFFER_UNPACED: usize = 64 * 1024;
+
+/// hyper's server builders for a connection's path (see [`H2_SEND_BUFFER_SCHEDULED`]): one
+/// for a path the write budget paces, one for a nearby peer.
+pub(crate) struct HttpBuilders {
+    paced: auto::Builder<TokioExecutor>,
+    unpaced: auto::Builder<TokioExecutor>,
+}
+
+impl HttpBuilders {
+    fn new(settings: &Settings, config: &FlushConfig) -> Self {
+        let paced = if config.schedule_bodies {
+            H2_SEND_BUFFER_SCHEDULED
+        } else {
+            H2_SEND_BUFFER
+        };
+        HttpBuilders {
+            paced: http_builder(settings, paced),
+            unpaced: http_builder(settings, H2_SEND_BUFFER_UNPACED),
+        }
+    }
+
+    /// The builder for a connection whose path is `path` (read after the handshake, whose
+    /// round trips gave TCP its first RTT samples); unknown counts as paced.
+    pub(crate) fn for_path(&self, path: Option<crate::PathState>) -> &auto::Builder<TokioExecutor> {
+        let unpaced =
+            path.is_some_and(|s| !s.min_rtt.is_zero() && s.min_rtt < crate::MIN_PACED_RTT);
+        if unpaced {
+            &self.unpaced
+        } else {
+            &self.paced
+        }
+    }
+}
 
 /// hyper's HTTP/1.1 + HTTP/2 server builder as both [`serve`] and [`serve_connection`]
 /// configure it: tokio executor, tokio timer on both protocols, the header read timeout,
 /// the HTTP/2 keep-alive, at most [`H2_MAX_CONCURRENT_STREAMS`] concurrent streams (or the
-/// setting's value) and a per-stream send buffer of [`H2_SEND_BUFFER`] (or
-/// [`H2_SEND_BUFFER_SCHEDULED`] with body scheduling).
-fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<TokioExecutor> {
+/// setting's value) and a per-stream send buffer of `send_buffer` bytes.
+fn http_builder(settings: &Settings, send_buffer: usize) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -165,11 +209,7 @@ fn http_builder(settings: &Settings, config: &FlushConfig) -> auto::Builder<Toki
         .keep_alive_interval(settings.keep_alive_interval)
         .keep_alive_timeout(settings.keep_alive_timeout)
         .max_concurrent_streams(settings.max_concurrent_streams)
-        .max_send_buf_size(if config.schedule_bodies {
-            H2_SEND_BUFFER_SCHEDULED
-        } else {
-            H2_SEND_BUFFER
-        });
+        .max_send_buf_size(send_buffer);
     builder
 }
 
@@ -241,7 +281,7 @@ async fn serve_one<S: HttpService>(
     service: S,
 ) -> io::Result<StatsSnapshot> {
     let settings = Settings::default();
-    let builder = http_builder(&settings, &config);
+    let builders = HttpBuilders::new(&settings, &config);
     let peer = tcp.peer_addr().ok();
     let start = Box::new(Start {
         tcp,
@@ -252,7 +292,7 @@ async fn serve_one<S: HttpService>(
         shutdown: None,
     });
     logged(connection_span(peer), || {
-        run_connection(start, settings.idle_timeout, &builder)
+        run_connection(start, settings.idle_timeout, &builders)
     })
     .await
 }
@@ -646,7 +686,7 @@ impl<S: HttpService> Serve<S> {
             signal,
         } = self;
         let handshaker = Handshaker::new(acceptor, early_data, too_early);
-        let builder = Arc::new(http_builder(&settings, &config));
+        let builders = Arc::new(HttpBuilders::new(&settings, &config));
         let shared = SharedSetup::new(config);
         let mut signal = signal.unwrap_or_else(|| Box::pin(std::future::pending()));
         // `true` once the server shuts down; every connection task holds a receiver.
@@ -674,7 +714,7 @@ impl<S: HttpService> Serve<S> {
                             shutdown: Some(shutdown.subscribe()),
                         });
                         let task =
-                            run_connection_owned(start, settings.idle_timeout, builder.clone());
+                            run_connection_owned(start, settings.idle_timeout, builders.clone());
                         connections.spawn(task);
                     }
                     Err(err) => match classify(&err) {
@@ -730,10 +770,10 @@ fn reap(joined: Result<(), tokio::task::JoinError>) {
 async fn run_connection_owned<S: HttpService>(
     start: Box<Start<S>>,
     idle_timeout: Duration,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<HttpBuilders>,
 ) {
     let span = connection_span(start.tcp.peer_addr().ok());
-    let _ = logged(span, || run_connection(start, idle_timeout, &builder)).await;
+    let _ = logged(span, || run_connection(start, idle_timeout, &builders)).await;
 }
 
 /// The connection `start` begins (a [`run_connection`]) in `span`, which names its peer.
@@ -787,6 +827,35 @@ mod tests {
         fn(Request<Incoming>) -> std::future::Ready<Result<Response<String>, Infallible>>,
     >;
 
+    /// With body scheduling, a connection whose path the write budget paces gets h2's
+    /// one-frame send buffer, a nearby peer (loopback, a LAN) the larger one, and a path
+    /// not known yet counts as paced.
+    #[test]
+    fn the_h2_send_buffer_follows_the_path() {
+        let path = |micros| {
+            Some(crate::PathState {
+                min_rtt: Duration::from_micros(micros),
+                ..Default::default()
+            })
+        };
+        let settings = Settings::default();
+        let scheduled = HttpBuilders::new(
+            &settings,
+            &FlushConfig::for_policy(crate::Policy::Scheduled),
+        );
+        assert!(std::ptr::eq(
+            scheduled.for_path(path(40)),
+            &scheduled.unpaced
+        ));
+        assert!(std::ptr::eq(
+            scheduled.for_path(path(20_000)),
+            &scheduled.paced
+        ));
+        assert!(std::ptr::eq(scheduled.for_path(path(0)), &scheduled.paced));
+        assert!(std::ptr::eq(scheduled.for_path(None), &scheduled.paced));
+        const { assert!(H2_SEND_BUFFER_SCHEDULED < H2_SEND_BUFFER_UNPACED) };
+    }
+
     /// The size of the future `f` returns, without calling it.
     fn output_size<A, F>(_: impl FnOnce(A) -> F) -> usize {
         std::mem::size_of::<F>()
@@ -802,11 +871,9 @@ mod tests {
     #[test]
     fn a_connection_task_is_little_more_than_hyper_connection() {
         let task = output_size(
-            |(start, idle, builder): (
-                Box<Start<Svc>>,
-                Duration,
-                Arc<auto::Builder<TokioExecutor>>,
-            )| { run_connection_owned(start, idle, builder) },
+            |(start, idle, builders): (Box<Start<Svc>>, Duration, Arc<HttpBuilders>)| {
+                run_connection_owned(start, idle, builders)
+            },
         );
         for (handshake, conn) in ["rustls", "0.5-RTT"]
             .into_iter()

@@ -18,7 +18,9 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
-use super::{idle_for, shutdown_requested, ActivityClock, BoxError, HttpService, Tracked};
+use super::{
+    idle_for, shutdown_requested, ActivityClock, BoxError, HttpBuilders, HttpService, Tracked,
+};
 use crate::accept::handshake_within;
 use crate::body_gate::{BodyGate, GatedService};
 use crate::config::SharedSetup;
@@ -106,14 +108,14 @@ struct Opened<'a, S: HttpService> {
 pub(super) async fn run_connection<S: HttpService>(
     start: Box<Start<S>>,
     idle_timeout: Duration,
-    builder: &auto::Builder<TokioExecutor>,
+    builders: &HttpBuilders,
 ) -> io::Result<StatsSnapshot> {
     let Opened {
         conn,
         clock,
         stats,
         mut shutdown,
-    } = open(start, builder).await?;
+    } = open(start, builders).await?;
     let mut conn = std::pin::pin!(conn);
     let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
     let mut shutting_down = false;
@@ -158,7 +160,7 @@ pub(super) async fn run_connection<S: HttpService>(
 /// then the wrapper and hyper's connection.
 async fn open<S: HttpService>(
     start: Box<Start<S>>,
-    builder: &auto::Builder<TokioExecutor>,
+    builders: &HttpBuilders,
 ) -> io::Result<Opened<'_, S>> {
     let Start {
         tcp,
@@ -183,7 +185,7 @@ async fn open<S: HttpService>(
             let tls = EarlyDataStream::new(tls);
             let early = tls.early_requests();
             let too_early = TooEarlyLayer::pass_through();
-            let (conn, stats) = wrap(tls, early, &too_early, &shared, service, builder);
+            let (conn, stats) = wrap(tls, early, &too_early, &shared, service, builders);
             (Serving::Rustls { conn }, stats)
         }
         Handshaker::HalfRtt(acceptor, too_early) => {
@@ -194,7 +196,7 @@ async fn open<S: HttpService>(
                 "handshake done or early data accepted"
             );
             let early = tls.early_requests();
-            let (conn, stats) = wrap(tls, early, &too_early, &shared, service, builder);
+            let (conn, stats) = wrap(tls, early, &too_early, &shared, service, builders);
             (Serving::HalfRtt { conn }, stats)
         }
     };
@@ -238,13 +240,14 @@ fn wrap<'a, T, S>(
     too_early: &TooEarlyLayer,
     shared: &SharedSetup,
     service: S,
-    builder: &'a auto::Builder<TokioExecutor>,
+    builders: &'a HttpBuilders,
 ) -> (HyperConnection<'a, T, S>, ConnectionStats)
 where
     T: Transport + Send + 'static,
     S: HttpService,
 {
     let schedule_bodies = shared.config.schedule_bodies;
+    let builder = builders.for_path(tls.path_state());
     let mut stream = FlushStream::with_shared(tls, shared);
     let gate = (schedule_bodies && stream.is_http2()).then(BodyGate::default);
     if let Some(gate) = &gate {
