@@ -169,14 +169,10 @@ pub(crate) struct HttpBuilders {
 
 impl HttpBuilders {
     fn new(settings: &Settings, config: &FlushConfig) -> Self {
-        let paced = if config.schedule_bodies {
-            H2_SEND_BUFFER_SCHEDULED
-        } else {
-            H2_SEND_BUFFER
-        };
+        let (paced, unpaced) = send_buffers(config);
         HttpBuilders {
             paced: http_builder(settings, paced),
-            unpaced: http_builder(settings, H2_SEND_BUFFER_UNPACED),
+            unpaced: http_builder(settings, unpaced),
         }
     }
 
@@ -190,6 +186,15 @@ impl HttpBuilders {
         } else {
             &self.paced
         }
+    }
+}
+
+/// h2's per-stream send buffer for a path the write budget paces and for one it does not.
+fn send_buffers(config: &FlushConfig) -> (usize, usize) {
+    if config.schedule_bodies {
+        (H2_SEND_BUFFER_SCHEDULED, H2_SEND_BUFFER_UNPACED)
+    } else {
+        (H2_SEND_BUFFER, H2_SEND_BUFFER)
     }
 }
 
@@ -829,7 +834,7 @@ mod tests {
 
     /// With body scheduling, a connection whose path the write budget paces gets h2's
     /// one-frame send buffer, a nearby peer (loopback, a LAN) the larger one, and a path
-    /// not known yet counts as paced.
+    /// not known yet counts as paced; without body scheduling both are hyper's usual one.
     #[test]
     fn the_h2_send_buffer_follows_the_path() {
         let path = |micros| {
@@ -853,7 +858,13 @@ mod tests {
         ));
         assert!(std::ptr::eq(scheduled.for_path(path(0)), &scheduled.paced));
         assert!(std::ptr::eq(scheduled.for_path(None), &scheduled.paced));
-        const { assert!(H2_SEND_BUFFER_SCHEDULED < H2_SEND_BUFFER_UNPACED) };
+        assert_eq!(
+            send_buffers(&FlushConfig::for_policy(crate::Policy::Scheduled)),
+            (H2_SEND_BUFFER_SCHEDULED, H2_SEND_BUFFER_UNPACED)
+        );
+        // Without body scheduling nothing depends on the path.
+        let in_order = FlushConfig::for_policy(crate::Policy::EarlyFlush);
+        assert_eq!(send_buffers(&in_order), (H2_SEND_BUFFER, H2_SEND_BUFFER));
     }
 
     /// The size of the future `f` returns, without calling it.
