@@ -150,8 +150,8 @@ pub(crate) const H2_SEND_BUFFER: usize = 128 * 1024;
 /// under [`MIN_PACED_RTT`](crate::MIN_PACED_RTT): loopback, a LAN), whose queues drain
 /// in well under a millisecond: there each 16 KiB of a body took a round of task wake-ups,
 /// and 1 MiB downloads on loopback got 0.90x stock's throughput (h2load `-c 4 -m 1`, 5
-/// alternating rounds, `SCALE_ROWS=bulk scripts/scale.sh`; 1.42x with 64 KiB, 1.02x with
-/// 32, 1.49x with 128).
+/// alternating rounds, `SCALE_ROWS=bulk scripts/scale.sh`; over 3 rounds 1.43x with 64 KiB,
+/// 1.02x with 32, and 1.49x with 128 over 5).
 pub(crate) const H2_SEND_BUFFER_SCHEDULED: usize = crate::body_gate::GATE_PIECE;
 
 /// The per-stream send buffer with body scheduling on a path the write budget does not pace
