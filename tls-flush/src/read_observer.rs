@@ -6,8 +6,7 @@
 
 use tower_priority::Priority;
 
-pub(crate) use crate::frame::Verdict;
-use crate::frame::{self, ClientFrames, FrameHeader, FrameSink};
+use crate::frame::{self, ClientFrames, FrameHeader, FrameSink, Verdict};
 use crate::hpack::{PassiveDecoder, PriorityField};
 use crate::priorities::StreamPriorities;
 use crate::stats::ConnectionStats;

@@ -8,8 +8,9 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::config::{FlushConfig, SharedSetup};
+use crate::frame::Verdict;
 use crate::priorities::StreamPriorities;
-use crate::read_observer::{ReadObserver, Verdict};
+use crate::read_observer::ReadObserver;
 use crate::stats::ConnectionStats;
 use crate::transport::Transport;
 use crate::write_path::{Drive, WritePath};
