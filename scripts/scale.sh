@@ -69,6 +69,10 @@
 #   SCALE_BUDGET_STOCK [0]   1: run the budget row against stock too
 #   SCALE_OUT [target/scale/<date>]  where server logs, h2load and client outputs go
 #   SCALE_SKIP_BUILD         set to 1 to use the already built binary
+#   SCALE_PIN [unset]        SERVER_CPUS:CLIENT_CPUS, e.g. 0:1: runs each server and h2load
+#                            under `taskset -c`, so the load generator never takes the
+#                            server's core (on a 2-core machine the c1000 row's spread comes
+#                            mostly from the two sharing both cores)
 #
 # Needs h2load (scripts/install-test-tools.sh installs it) and python3 with the `h2` package
 # (pip install h2) for scripts/scale_clients.py. Exits 1 if a request or connection failed or
@@ -96,6 +100,12 @@ bin=$target_dir/release/examples/axum
 clients_py=scripts/scale_clients.py
 settle_secs=2 settle_max=30
 tck=$(getconf CLK_TCK)
+pin_server=() pin_client=()
+if [[ -n ${SCALE_PIN:-} ]]; then
+    [[ $SCALE_PIN == *:* ]] || { echo "scale: SCALE_PIN is SERVER_CPUS:CLIENT_CPUS, e.g. 0:1" >&2; exit 2; }
+    command -v taskset >/dev/null 2>&1 || { echo "scale: SCALE_PIN needs taskset (util-linux)" >&2; exit 2; }
+    pin_server=(taskset -c "${SCALE_PIN%%:*}") pin_client=(taskset -c "${SCALE_PIN#*:}")
+fi
 
 command -v h2load >/dev/null 2>&1 || { echo "scale: h2load not found; run scripts/install-test-tools.sh (as root)" >&2; exit 2; }
 python3 -c 'import h2' 2>/dev/null || { echo "scale: python3 lacks the h2 package (pip install h2)" >&2; exit 2; }
@@ -159,7 +169,7 @@ spid= surl= slog=
 start_server() {
     local log=$out/$1.$2
     slog=$log
-    RUST_LOG=warn "$bin" --addr 127.0.0.1:0 --policy "$1" "${@:3}" >"$log.stdout" 2>"$log.stderr" &
+    RUST_LOG=warn "${pin_server[@]}" "$bin" --addr 127.0.0.1:0 --policy "$1" "${@:3}" >"$log.stdout" 2>"$log.stderr" &
     spid=$!
     pids+=("$spid")
     local line=
@@ -207,7 +217,7 @@ h2_vals=
 h2() {
     local n=$5 f=$out/$1.$2.r$r.h2load total ok
     (( n < $3 )) && n=$3
-    h2load -c "$3" -m "$4" -n "$n" "${url[$1]}$6" >"$f" 2>&1 || true
+    "${pin_client[@]}" h2load -c "$3" -m "$4" -n "$n" "${url[$1]}$6" >"$f" 2>&1 || true
     read -r total ok < <(awk '/^requests:/ { print $2, $8 }' "$f") || true
     [[ ${total:-0} -gt 0 && $ok == "$total" ]] || warn "$1 $2: ${ok:-0} of ${total:-?} requests succeeded (see $f)"
     h2_vals=$(awk '
