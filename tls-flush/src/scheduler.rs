@@ -58,6 +58,13 @@ impl QueuedFrame {
     pub(crate) fn is_data(&self) -> bool {
         self.header.kind == frame::DATA
     }
+
+    /// DATA with bytes to carry: not an empty frame that only ends its stream (what
+    /// hyper sends after a streamed body, `ServeDir`'s files included). Nothing waits
+    /// for such a frame, while a response waits for it to end.
+    fn carries_data(&self) -> bool {
+        self.is_data() && !(self.ends_stream && self.header.length == 0)
+    }
 }
 
 /// How frames are ordered.
@@ -347,7 +354,9 @@ impl Scheduler {
             .requeue_front(rest, priorities);
     }
 
-    /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA.
+    /// The urgency of the DATA frame `pop` would return next, if the next unit is DATA
+    /// with bytes to carry (an empty frame that ends its stream is not: no budget or hold
+    /// should make a response's end wait, 9 bytes, for a round trip).
     pub(crate) fn next_data_urgency(&mut self, priorities: &mut StreamPriorities) -> Option<u8> {
         self.queues.as_mut()?.next_data_urgency(priorities)
     }
@@ -651,13 +660,13 @@ impl Queues {
         let id = self.next_stream_id(priorities)?;
         match self.ordering {
             Ordering::InOrder => {
-                self.fifo.front().filter(|f| f.is_data())?;
+                self.fifo.front().filter(|f| f.carries_data())?;
                 Some(priorities.effective(id).urgency)
             }
             Ordering::Rfc9218 => {
                 // A connection frame (stream 0) has no queue of its own: not DATA.
                 let q = self.epochs.front()?.streams.get(&id)?;
-                q.frames.front().filter(|f| f.is_data())?;
+                q.frames.front().filter(|f| f.carries_data())?;
                 Some(q.priority.urgency)
             }
         }

@@ -5,7 +5,8 @@
 //! share its record; on
 //! a path the write budget does not pace, bulk DATA leaves in writes of four full records,
 //! also across h2's flush after every frame; behind a full window the rest of a bulk frame
-//! begun does not wait ahead of a more urgent one.
+//! begun does not wait ahead of a more urgent one, and the empty frame that ends a response
+//! does not wait at all.
 
 use std::time::Duration;
 
@@ -403,4 +404,56 @@ fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end
             .iter()
             .any(|f| f.stream() == 1 && f.payload.len() == 16384));
     }
+}
+
+/// Behind a full window, the empty DATA frame that ends a response (what hyper sends after
+/// a streamed body: tower-http's `ServeDir` finds a file's end one read after its last
+/// bytes) is not bulk the write budget holds back: the client waits for it to finish the
+/// response, and nothing waits behind its nine bytes. In the browser lab a page's `u=1`
+/// API answer had its bytes on the wire and its end a round trip later, once the window
+/// had room after a background download's records.
+#[test]
+fn a_response_end_does_not_wait_for_the_window() {
+    let mut w = recording_wire(Buffering::Off, &[(1, Some("u=2")), (3, Some("u=5, i"))]);
+    // Four segments in congestion avoidance, nothing acknowledged while the test runs.
+    w.path = Some(SimulatedPath {
+        cwnd: 4,
+        mss: 1448,
+        min_rtt: Duration::from_millis(20),
+        delivery_rate: 1_000_000,
+        ssthresh: 2,
+        acked_per_read: 0,
+        retransmits: 0,
+    });
+    let mut h = started(comparable_preset(Policy::Scheduled).anticipate(None), w);
+    // The answer's bytes fit the window; a download fills the rest, and more waits.
+    let mut input = vec![
+        settings_frame(0, &[]),
+        response_headers(1),
+        data(1, 0, 2000, false),
+    ];
+    input.extend([response_headers(3), data(3, 0, 16384, false)]);
+    h.write_all(&encode_all(&input)).unwrap();
+    h.flush().unwrap();
+    let end = data(1, 1, 0, true);
+    h.write_all(&encode_all(std::slice::from_ref(&end)))
+        .unwrap();
+    h.flush().unwrap();
+    input.push(end);
+    let out = parse_frames(&h.output()).unwrap();
+    let download: usize = out
+        .iter()
+        .filter(|f| f.stream() == 3 && f.is_data())
+        .map(|f| f.payload.len())
+        .sum();
+    assert!(download < 16384, "the window is full: {out:?}");
+    assert!(
+        out.iter()
+            .any(|f| f.stream() == 1 && f.is_data() && f.flags & END_STREAM != 0),
+        "the answer's end left before the window had room: {out:?}"
+    );
+    if let Some(path) = h.wire.borrow_mut().path.as_mut() {
+        path.acked_per_read = 1 << 30;
+    }
+    delivered(&mut h, &input);
 }
