@@ -37,7 +37,7 @@ mod report;
 mod runner;
 mod site;
 
-pub use chromium::{chromium_version, CHROMIUM};
+pub use chromium::{chromium_version, BROWSER_NICENESS, CHROMIUM};
 pub use load::{load_page, LoadOptions};
 pub use report::{LoadedResource, PageLoad, RequestSeen, ResourceTiming, H2};
 pub use runner::{page_timeout, run_page_relay, run_page_tun, PageRun};
