@@ -169,7 +169,11 @@ pub const DEFAULT_RATE_SECS: f64 = 10.0;
                   answer's time and the two background downloads' end, bulk_end_ms (demo: the \
                   example server's demo page, no LCP or FCP), the ratios and the paired \
                   differences to stock; a load that is not complete and byte-exact is a \
-                  failed run. First the `priority` headers Chromium sent per resource type."
+                  failed run. First the `priority` headers Chromium sent per resource type. \
+                  Chromium runs 10 steps nicer than the lab, and with --link tun the lab's \
+                  threads (the link, our servers and the peers it starts) run 5 steps less \
+                  nice: on a real link the browser's rendering does not share the server's \
+                  cores."
 )]
 pub struct LabArgs {
     /// Runs of every (case, workload, urgencies) cell.
