@@ -10,8 +10,9 @@
 //! - connection-level control frames (PING, WINDOW_UPDATE, GOAWAY) go ahead of DATA.
 //!
 //! DATA follows RFC 9218 §10 within an urgency (non-incremental responses one at a time,
-//! lowest stream id first; incremental ones round-robin, except above the default urgency,
-//! where they too go one at a time), and the urgencies share the link by weight, sixteen
+//! lowest stream id first; incremental ones one at a time too above the default urgency,
+//! and from it down in the order h2 wrote them, which is the order the body gate let them
+//! through, or h2's own round-robin: see [`incremental_key`]), and the urgencies share the link by weight, sixteen
 //! times the next less urgent one above the default urgency and twice from it down
 //! ([`shares`]), so that a long download never starves a less urgent response.
 //!
@@ -20,9 +21,9 @@
 //!
 //! Cost: choosing the next unit does not depend on how many streams or units are queued.
 //! The served epoch keeps an index of its streams' head units (control heads by sequence,
-//! DATA heads by urgency, incremental flag and stream id, DATA heads by sequence), updated
-//! when a head changes and when a stream's priority changes ([`StreamPriorities`] lists
-//! those). Later epochs are indexed when they become the served one, once.
+//! DATA heads by urgency, incremental flag and stream id or sequence, DATA heads by
+//! sequence), updated when a head changes and when a stream's priority changes
+//! ([`StreamPriorities`] lists those). Later epochs are indexed when they become the served one, once.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -110,9 +111,10 @@ struct StreamQueue {
 #[derive(Debug, Default)]
 struct Index {
     control: BTreeSet<(u64, u32)>,
-    /// Per urgency: non-incremental DATA heads, then incremental ones, by stream id.
+    /// Per urgency: non-incremental DATA heads by stream id, then incremental ones by
+    /// [`incremental_key`] and stream id.
     sequential: [BTreeSet<u32>; 8],
-    incremental: [BTreeSet<u32>; 8],
+    incremental: [BTreeSet<(u64, u32)>; 8],
     data_by_seq: BTreeSet<(u64, u32)>,
 }
 
@@ -137,6 +139,29 @@ struct Epoch {
     indexed: bool,
     /// The SETTINGS frame that closes this epoch; `None` for the newest epoch.
     barrier: Option<QueuedFrame>,
+}
+
+/// Where an incremental stream's DATA head sorts within its urgency (then by stream id).
+///
+/// Above the default urgency: first by stream id, one response at a time. A page's first
+/// images come at `u=2, i` from Chromium, and the first (the hero, the LCP element) done
+/// first beats all of them done late (browser lab, article: LCP 344 ms against 472
+/// round-robin).
+///
+/// From the default urgency down: in the order h2 wrote the heads, so the wire keeps the
+/// order the body gate let the bodies through in (shortest first, see
+/// [`body_gate`](crate::body_gate)); without the gate, h2's own round-robin of its streams'
+/// buffers still shares the link frame by frame. Round-robin here undid the gate: a page's
+/// first 2 MB image ended at the gate with a queue's worth of it (256 KiB) still here, which
+/// then shared the link with the next image (browser lab, app: LCP 1932 ms against
+/// Apache's 1708, which sends one image at a time; 1784 with this order and the gate's
+/// request order and staleness fixes).
+fn incremental_key(level: usize, seq: u64) -> u64 {
+    if level < usize::from(DEFAULT_URGENCY) {
+        0
+    } else {
+        seq
+    }
 }
 
 /// Stream `id`'s queue in `streams`, a new one (from `spare` where there is one) at the
@@ -182,12 +207,12 @@ impl Epoch {
                 self.index.control.remove(&(seq, id));
             }
             Head::Data(p, seq) => {
-                let set = if p.incremental {
-                    &mut self.index.incremental
+                let level = level(p);
+                if p.incremental {
+                    self.index.incremental[level].remove(&(incremental_key(level, seq), id));
                 } else {
-                    &mut self.index.sequential
-                };
-                set[level(p)].remove(&id);
+                    self.index.sequential[level].remove(&id);
+                }
                 self.index.data_by_seq.remove(&(seq, id));
             }
         }
@@ -202,12 +227,13 @@ impl Epoch {
             return;
         };
         q.head = if front.is_data() {
-            let set = if q.priority.incremental {
-                &mut self.index.incremental
+            let level = level(q.priority);
+            if q.priority.incremental {
+                let key = incremental_key(level, front.seq);
+                self.index.incremental[level].insert((key, id));
             } else {
-                &mut self.index.sequential
-            };
-            set[level(q.priority)].insert(id);
+                self.index.sequential[level].insert(id);
+            }
             self.index.data_by_seq.insert((front.seq, id));
             Head::Data(q.priority, front.seq)
         } else if front.header.is_header_block() {
@@ -368,8 +394,6 @@ struct Queues {
     ordering: Ordering,
     fifo: VecDeque<QueuedFrame>,
     epochs: VecDeque<Epoch>,
-    /// Per urgency, the last incremental stream served (round-robin cursor).
-    round_robin: [u32; 8],
     /// How the urgencies share the link (see [`UrgencyShares`]).
     shares: UrgencyShares,
     queued_bytes: usize,
@@ -392,7 +416,6 @@ impl Queues {
             fifo: VecDeque::new(),
             // The served epoch is allocated by the first push.
             epochs: VecDeque::new(),
-            round_robin: [0; 8],
             shares: UrgencyShares::default(),
             queued_bytes: 0,
             queued_units: 0,
@@ -564,7 +587,7 @@ impl Queues {
         if let Some(unit) = epoch.conn.pop_front() {
             return Some((unit, not_reordered));
         }
-        let chosen = Self::next_stream(epoch, &self.round_robin, &self.shares)?;
+        let chosen = Self::next_stream(epoch, &self.shares)?;
         let waiting = epoch.index.waiting_levels();
         let oldest_data = epoch.index.data_by_seq.first().map(|&(seq, _)| seq);
         let q = epoch
@@ -575,9 +598,6 @@ impl Queues {
         if unit.is_data() {
             q.data_units -= 1;
             epoch.data_per_urgency[level(q.priority)] -= 1;
-            if q.priority.incremental {
-                self.round_robin[level(q.priority)] = chosen;
-            }
             let length = unit.bytes.len().saturating_sub(frame::HEADER_LEN);
             self.shares
                 .served(waiting, level(q.priority), length as u64);
@@ -650,7 +670,7 @@ impl Queues {
                 if epoch.is_drained() {
                     return None;
                 }
-                Self::next_stream(epoch, &self.round_robin, &self.shares)
+                Self::next_stream(epoch, &self.shares)
             }
         }
     }
@@ -673,7 +693,7 @@ impl Queues {
     }
 
     /// The stream whose head unit goes next in the served `epoch` (stream-0 frames aside).
-    fn next_stream(epoch: &Epoch, round_robin: &[u32; 8], shares: &UrgencyShares) -> Option<u32> {
+    fn next_stream(epoch: &Epoch, shares: &UrgencyShares) -> Option<u32> {
         // Non-DATA heads go first, oldest first; a header block only in its turn.
         let header_turn = epoch.header_order.front().copied().filter(|&(seq, id)| {
             epoch.streams[&id]
@@ -685,12 +705,12 @@ impl Queues {
         match (header_turn, control) {
             (Some(h), Some(c)) => Some(if h.0 < c.0 { h.1 } else { c.1 }),
             (Some((_, id)), None) | (None, Some((_, id))) => Some(id),
-            (None, None) => Self::choose_data(epoch, round_robin, shares),
+            (None, None) => Self::choose_data(epoch, shares),
         }
     }
 
     /// Picks the stream whose DATA goes next (RFC 9218 §10).
-    fn choose_data(epoch: &Epoch, round_robin: &[u32; 8], shares: &UrgencyShares) -> Option<u32> {
+    fn choose_data(epoch: &Epoch, shares: &UrgencyShares) -> Option<u32> {
         // A header block waiting behind its own stream's DATA (trailers) blocks every later
         // header block: that stream inherits the highest priority until it is through.
         if let Some(&(_, id)) = epoch.header_order.front() {
@@ -708,24 +728,8 @@ impl Queues {
         if let Some(&id) = index.sequential[urgency].first() {
             return Some(id);
         }
-        let level = &index.incremental[urgency];
-        // Above the default urgency, incremental ones too, lowest stream id first: a page's
-        // first images come at `u=2, i` from Chromium, and the first (the hero, the LCP
-        // element) done first beats all of them done late (browser lab, article: LCP 344 ms
-        // against 472 round-robin; at `u=3` too, `load` went to 2.3x stock's, the page's
-        // images waiting for a long fetch).
-        if urgency < usize::from(DEFAULT_URGENCY) {
-            if let Some(&id) = level.first() {
-                return Some(id);
-            }
-        }
-        // Otherwise incremental ones share the link frame by frame, after the last one served.
-        let last = round_robin[urgency];
-        level
-            .range(last.saturating_add(1)..)
-            .next()
-            .or_else(|| level.first())
-            .copied()
+        // Incremental ones by `incremental_key`: see there.
+        index.incremental[urgency].first().map(|&(_, id)| id)
     }
 }
 
