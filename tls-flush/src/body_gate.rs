@@ -18,8 +18,9 @@
 //! download).
 //!
 //! Within one urgency at or below the default (`u=3` to `u=7`), bodies whose length is known
-//! (`Content-Length`) go shortest remaining first: the body with the fewest bytes left (the
-//! earliest registered on a tie) goes in front, and a longer one passes one piece for every
+//! (`Content-Length`) go shortest first: the body with the fewest bytes (the one requested
+//! first on a tie, see [`Entry::request_order`]) goes in front, and a longer one passes one
+//! piece for every
 //! [`SIBLING_SHARE`] of the front's, so it slows down but never stops. Why: Chromium fetches
 //! a page's later images, its async scripts and its `fetch()`es at `u=3` (the images with
 //! `i`); shared equally, three 2 MB images of an app all ended together, and with them its
@@ -86,7 +87,7 @@ pub(crate) const WAIT_GRACE: Duration = Duration::from_millis(5);
 /// value).
 const NEXT_CHUNK_ESTIMATE: u128 = 16_384;
 
-/// How many pieces the front body of a level (the shortest remaining) passes for each piece
+/// How many pieces the front body of a level (the shortest) passes for each piece
 /// of a longer body of its level: the same sixteenth a level above the default gives the
 /// next one ([`cost_bits`]), so a long download behind a page's images still moves, at a
 /// rate that costs the images little (a 100 KB image takes a sixteenth longer).
@@ -120,6 +121,8 @@ struct Shares {
     streams: streams::Streams,
     /// The live body answering each stream known to the gate.
     by_stream: HashMap<u32, u64>,
+    /// The wrapper refuses h2's writes (see [`BodyGate::writes_refused`]).
+    writes_refused: bool,
 }
 
 #[derive(Debug)]
@@ -130,8 +133,11 @@ struct Entry {
     /// What the server pinned in the response's `priority` header: it overlays the
     /// client's updates.
     pinned: PriorityParams,
-    /// The bytes it has yet to pass, where its length is known.
-    remaining: Option<u64>,
+    /// Its length in bytes, where known. Its whole length, not what it has left: with
+    /// what was left, of a page's three equal images the one whose first read returned
+    /// first took the lead for good (browser lab, app: the third in one load of four, and
+    /// the page's largest contentful paint, the first, came 0.9 s later).
+    length: Option<u64>,
     /// Its last offer was held behind a shorter body of its level: it is not using the
     /// link, so it holds no other level back (its start tag lags while it waits).
     behind_sibling: bool,
@@ -158,15 +164,29 @@ enum Activity {
 
 impl Entry {
     /// Whether this body (`id`) goes before `other` (`other_id`) of its own urgency:
-    /// both lengths known, at or below the default urgency, fewer bytes left (or as many,
-    /// registered earlier).
+    /// both lengths known, at or below the default urgency, fewer bytes (or as many,
+    /// requested first: see [`request_order`](Self::request_order)).
     fn goes_before(&self, id: u64, other: &Entry, other_id: u64) -> bool {
         if self.urgency != other.urgency || self.urgency < DEFAULT_URGENCY {
             return false;
         }
-        match (self.remaining, other.remaining) {
-            (Some(mine), Some(theirs)) => (mine, id) < (theirs, other_id),
+        match (self.length, other.length) {
+            (Some(mine), Some(theirs)) => {
+                (mine, self.request_order(id)) < (theirs, other.request_order(other_id))
+            }
             _ => false,
+        }
+    }
+
+    /// Where this body (`id`) comes among equals: by stream id where the gate knows its
+    /// stream, ahead of those it does not know, which come in registration order (a total
+    /// order, so no bodies hold each other back in a circle). A page requests its images
+    /// in document order, and the first in it is the page's largest contentful paint among
+    /// equals; registration follows when each file was opened.
+    fn request_order(&self, id: u64) -> (bool, u64) {
+        match self.stream {
+            Some(stream) => (false, u64::from(stream)),
+            None => (true, id),
         }
     }
 
@@ -204,6 +224,27 @@ impl BodyGate {
         self.shares
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The wrapper refuses h2's writes (its queue is full): h2 polls no body until it
+    /// takes them again, so a producing body does not go stale meanwhile. Why: while a more
+    /// urgent response was awaited, DATA was held and the queue stayed full for 50-100 ms;
+    /// the front image of a page then counted as stalled and the images behind it passed
+    /// 64 KB each (browser lab, app).
+    pub(crate) fn writes_refused(&self) {
+        self.lock().writes_refused = true;
+    }
+
+    /// The wrapper takes h2's writes again: the spell it refused them does not count
+    /// toward a producing body's staleness.
+    pub(crate) fn writes_taken(&self, now: Instant) {
+        let mut shares = self.lock();
+        shares.writes_refused = false;
+        for entry in shares.bodies.values_mut() {
+            if entry.state == Activity::Producing {
+                entry.last_polled = entry.last_polled.max(now);
+            }
+        }
     }
 
     /// The wrapper saw `stream`'s request HEADERS, with `header` in its `priority` field
@@ -362,7 +403,6 @@ impl Ticket {
         entry.start = finish;
         entry.behind_sibling = false;
         entry.waker = None;
-        entry.remaining = entry.remaining.map(|left| left.saturating_sub(len as u64));
         shares.virtual_time = shares.virtual_time.max(start);
         let front_run = &mut shares.front_run[usize::from(urgency)];
         let level = if turn {
@@ -388,7 +428,7 @@ impl Shares {
     fn insert(
         &mut self,
         urgency: u8,
-        remaining: Option<u64>,
+        length: Option<u64>,
         stream: Option<u32>,
         pinned: PriorityParams,
     ) -> u64 {
@@ -400,7 +440,7 @@ impl Shares {
                 urgency,
                 stream,
                 pinned,
-                remaining,
+                length,
                 behind_sibling: false,
                 start: self.virtual_time,
                 state: Activity::Idle,
@@ -427,7 +467,12 @@ impl Shares {
             if other_id == id {
                 continue;
             }
-            let Some(stale_at) = other.holds_until().filter(|at| *at > now) else {
+            let holds_until = match other.state {
+                // Not polled because h2 cannot write: not stale.
+                Activity::Producing if self.writes_refused => Some(now + STALE_AFTER),
+                _ => other.holds_until(),
+            };
+            let Some(stale_at) = holds_until.filter(|at| *at > now) else {
                 continue;
             };
             if other.urgency < mine.urgency {
@@ -693,6 +738,46 @@ mod tests {
             bulk.offer(CHUNK, later + STALE_AFTER, &waker),
             Verdict::Pass
         );
+    }
+
+    /// While the wrapper refuses h2's writes no body is polled: the front does not go
+    /// stale meanwhile, and the spell does not count once h2's writes are taken again.
+    #[test]
+    fn a_body_does_not_go_stale_while_h2_cannot_write() {
+        let (gate, urgent, bulk) = two_bodies(0, 3);
+        let (waker, _) = waker();
+        let now = Instant::now();
+        assert_eq!(urgent.offer(CHUNK, now, &waker), Verdict::Pass);
+        gate.writes_refused();
+        let later = now + 3 * STALE_AFTER;
+        assert_eq!(bulk.offer(CHUNK, later, &waker), held(later + STALE_AFTER));
+        gate.writes_taken(later);
+        let soon = later + STALE_AFTER / 2;
+        assert_eq!(bulk.offer(CHUNK, soon, &waker), held(later + STALE_AFTER));
+        assert_eq!(
+            bulk.offer(CHUNK, later + STALE_AFTER, &waker),
+            Verdict::Pass
+        );
+    }
+
+    /// Equal bodies of a level go in request order (by stream), whichever produced
+    /// first: of a page's equal images, the first in the document is its largest
+    /// contentful paint.
+    #[test]
+    fn equal_bodies_go_in_request_order_whichever_starts_first() {
+        let gate = BodyGate::default();
+        let image = Priority::parse("i");
+        for stream in [15, 17] {
+            gate.stream_opened(stream, image, None);
+        }
+        let streams = [image; 2].map(|p| gate.claim_stream(p));
+        let register =
+            |stream| gate.register_response(stream, image, PriorityParams::default(), length(100));
+        // The second image's file opened first, and it started alone.
+        let (second, first) = (register(streams[1]), register(streams[0]));
+        let (waker, _) = waker();
+        assert_eq!(second.offer(CHUNK, Instant::now(), &waker), Verdict::Pass);
+        assert_eq!(race(&first, &second, 32), (32, 2));
     }
 
     #[test]

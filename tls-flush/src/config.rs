@@ -473,10 +473,10 @@ impl FlushConfig {
     /// chunk is read at the wire scheduler's share (a sixteenth per level of urgency above
     /// the default, a half from it down), so h2's turns go to the urgent streams. Within an
     /// urgency at or below the default (`u=3` and less urgent), bodies of known length go
-    /// shortest remaining first, a longer one at a sixteenth of the shorter one's share (a
-    /// page's images before a long download of the same urgency). A body whose source has
-    /// nothing ready, or that hyper has not polled for 50 ms (the peer's window is closed),
-    /// holds nothing back. Bodies are only delayed, never altered.
+    /// shortest first (equal ones in request order), a longer one at a sixteenth of the
+    /// shorter one's share (a page's images before a long download of the same urgency).
+    /// A body whose source has nothing ready, or that hyper has not polled for 50 ms while
+    /// the wrapper took h2's writes (the peer's window is closed), holds nothing back. Bodies are only delayed, never altered.
     pub fn schedule_bodies(mut self, on: bool) -> Self {
         self.schedule_bodies = on;
         self

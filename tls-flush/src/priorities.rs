@@ -103,6 +103,9 @@ pub(crate) struct StreamPriorities {
     /// follows the client's updates at the source too.
     #[cfg(feature = "serve")]
     gate: Option<BodyGate>,
+    /// The wrapper refused h2's last write (its queue is full), as the gate was told.
+    #[cfg(feature = "serve")]
+    h2_refused: bool,
     stats: ConnectionStats,
 }
 
@@ -125,6 +128,8 @@ impl StreamPriorities {
             completed: None,
             #[cfg(feature = "serve")]
             gate: None,
+            #[cfg(feature = "serve")]
+            h2_refused: false,
             stats,
         }
     }
@@ -133,6 +138,25 @@ impl StreamPriorities {
     #[cfg(feature = "serve")]
     pub(crate) fn follow_bodies(&mut self, gate: BodyGate) {
         self.gate = Some(gate);
+    }
+
+    /// The wrapper refused h2's write: its queue is full. The gate is told once per spell
+    /// (see [`BodyGate::writes_refused`]).
+    pub(crate) fn h2_refused(&mut self) {
+        #[cfg(feature = "serve")]
+        if let Some(gate) = self.gate.as_ref().filter(|_| !self.h2_refused) {
+            self.h2_refused = true;
+            gate.writes_refused();
+        }
+    }
+
+    /// The wrapper took h2's write: a spell of refusals, if any, is over.
+    pub(crate) fn h2_taken(&mut self) {
+        #[cfg(feature = "serve")]
+        if let Some(gate) = self.gate.as_ref().filter(|_| self.h2_refused) {
+            self.h2_refused = false;
+            gate.writes_taken(tokio::time::Instant::now());
+        }
     }
 
     /// A request header block opened `stream_id` with the given client signal.

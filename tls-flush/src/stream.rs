@@ -173,6 +173,9 @@ impl<T: Transport> FlushStream<T> {
                 return Poll::Ready(Err(err));
             }
             if taken > 0 || bufs.iter().all(|b| b.is_empty()) {
+                if taken > 0 {
+                    self.priorities.h2_taken();
+                }
                 return Poll::Ready(Ok(taken));
             }
             if drove.is_pending() {
@@ -183,6 +186,7 @@ impl<T: Transport> FlushStream<T> {
                     continue;
                 }
                 self.write.refusal_returned();
+                self.priorities.h2_refused();
                 return Poll::Pending;
             }
             // Nothing was admitted, yet the transport took everything it could without
@@ -201,6 +205,7 @@ impl<T: Transport> FlushStream<T> {
                     cx.waker().wake_by_ref();
                 }
                 self.write.refusal_returned();
+                self.priorities.h2_refused();
                 return Poll::Pending;
             }
         }
