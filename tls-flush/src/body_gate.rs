@@ -20,8 +20,7 @@
 //! Within one urgency at or below the default (`u=3` to `u=7`), bodies whose length is known
 //! (`Content-Length`) go shortest first: the body with the fewest bytes (the one requested
 //! first on a tie, see [`Entry::request_order`]) goes in front, and a longer one passes one
-//! piece for every
-//! [`SIBLING_SHARE`] of the front's, so it slows down but never stops. Why: Chromium fetches
+//! piece for every [`SIBLING_SHARE`] of the front's, so it slows down but never stops. Why: Chromium fetches
 //! a page's later images, its async scripts and its `fetch()`es at `u=3` (the images with
 //! `i`); shared equally, three 2 MB images of an app all ended together, and with them its
 //! largest contentful paint (browser lab, `page-app`: 1.08x stock's, where nginx and h2o

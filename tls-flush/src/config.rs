@@ -476,7 +476,8 @@ impl FlushConfig {
     /// shortest first (equal ones in request order), a longer one at a sixteenth of the
     /// shorter one's share (a page's images before a long download of the same urgency).
     /// A body whose source has nothing ready, or that hyper has not polled for 50 ms while
-    /// the wrapper took h2's writes (the peer's window is closed), holds nothing back. Bodies are only delayed, never altered.
+    /// the wrapper took h2's writes (the peer's window is closed), holds nothing back.
+    /// Bodies are only delayed, never altered.
     pub fn schedule_bodies(mut self, on: bool) -> Self {
         self.schedule_bodies = on;
         self

@@ -12,9 +12,10 @@
 //! DATA follows RFC 9218 §10 within an urgency (non-incremental responses one at a time,
 //! lowest stream id first; incremental ones one at a time too above the default urgency,
 //! and from it down in the order h2 wrote them, which is the order the body gate let them
-//! through, or h2's own round-robin: see [`incremental_key`]), and the urgencies share the link by weight, sixteen
-//! times the next less urgent one above the default urgency and twice from it down
-//! ([`shares`]), so that a long download never starves a less urgent response.
+//! through, or h2's own round-robin: see [`incremental_key`]), and the urgencies share the
+//! link by weight, sixteen times the next less urgent one above the default urgency and
+//! twice from it down ([`shares`]), so that a long download never starves a less urgent
+//! response.
 //!
 //! Barriers are modelled as epochs: frames queued between two SETTINGS frames form an
 //! epoch, only the oldest epoch is served, and its closing SETTINGS leaves last.
@@ -23,7 +24,8 @@
 //! The served epoch keeps an index of its streams' head units (control heads by sequence,
 //! DATA heads by urgency, incremental flag and stream id or sequence, DATA heads by
 //! sequence), updated when a head changes and when a stream's priority changes
-//! ([`StreamPriorities`] lists those). Later epochs are indexed when they become the served one, once.
+//! ([`StreamPriorities`] lists those). Later epochs are indexed when they become the
+//! served one, once.
 
 use std::collections::{BTreeSet, VecDeque};
 
