@@ -105,7 +105,7 @@ pub(crate) struct StreamPriorities {
     gate: Option<BodyGate>,
     /// The wrapper refused h2's last write (its queue is full), as the gate was told.
     #[cfg(feature = "serve")]
-    h2_refused: bool,
+    refusing_writes: bool,
     stats: ConnectionStats,
 }
 
@@ -129,7 +129,7 @@ impl StreamPriorities {
             #[cfg(feature = "serve")]
             gate: None,
             #[cfg(feature = "serve")]
-            h2_refused: false,
+            refusing_writes: false,
             stats,
         }
     }
@@ -142,19 +142,19 @@ impl StreamPriorities {
 
     /// The wrapper refused h2's write: its queue is full. The gate is told once per spell
     /// (see [`BodyGate::writes_refused`]).
-    pub(crate) fn h2_refused(&mut self) {
+    pub(crate) fn writes_refused(&mut self) {
         #[cfg(feature = "serve")]
-        if let Some(gate) = self.gate.as_ref().filter(|_| !self.h2_refused) {
-            self.h2_refused = true;
+        if let Some(gate) = self.gate.as_ref().filter(|_| !self.refusing_writes) {
+            self.refusing_writes = true;
             gate.writes_refused();
         }
     }
 
     /// The wrapper took h2's write: a spell of refusals, if any, is over.
-    pub(crate) fn h2_taken(&mut self) {
+    pub(crate) fn writes_taken(&mut self) {
         #[cfg(feature = "serve")]
-        if let Some(gate) = self.gate.as_ref().filter(|_| self.h2_refused) {
-            self.h2_refused = false;
+        if let Some(gate) = self.gate.as_ref().filter(|_| self.refusing_writes) {
+            self.refusing_writes = false;
             gate.writes_taken(tokio::time::Instant::now());
         }
     }

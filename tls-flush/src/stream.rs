@@ -174,7 +174,7 @@ impl<T: Transport> FlushStream<T> {
             }
             if taken > 0 || bufs.iter().all(|b| b.is_empty()) {
                 if taken > 0 {
-                    self.priorities.h2_taken();
+                    self.priorities.writes_taken();
                 }
                 return Poll::Ready(Ok(taken));
             }
@@ -186,7 +186,7 @@ impl<T: Transport> FlushStream<T> {
                     continue;
                 }
                 self.write.refusal_returned();
-                self.priorities.h2_refused();
+                self.priorities.writes_refused();
                 return Poll::Pending;
             }
             // Nothing was admitted, yet the transport took everything it could without
@@ -205,7 +205,7 @@ impl<T: Transport> FlushStream<T> {
                     cx.waker().wake_by_ref();
                 }
                 self.write.refusal_returned();
-                self.priorities.h2_refused();
+                self.priorities.writes_refused();
                 return Poll::Pending;
             }
         }
