@@ -120,8 +120,16 @@ struct Shares {
     streams: streams::Streams,
     /// The live body answering each stream known to the gate.
     by_stream: HashMap<u32, u64>,
-    /// The wrapper refuses h2's writes (see [`BodyGate::writes_refused`]).
-    writes_refused: bool,
+    /// Whether the wrapper takes h2's writes (see [`BodyGate::writes_refused`]).
+    h2_writes: H2Writes,
+}
+
+/// Whether the wrapper takes h2's writes: while it refuses them, hyper polls no body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum H2Writes {
+    #[default]
+    Taken,
+    Refused,
 }
 
 #[derive(Debug)]
@@ -189,10 +197,13 @@ impl Entry {
         }
     }
 
-    /// Until when this body holds less urgent ones back, if it does at all.
-    fn holds_until(&self) -> Option<Instant> {
+    /// Until when this body holds less urgent ones back, if it does at all, as of `now`
+    /// with the wrapper taking or refusing h2's `writes`.
+    fn holds_until(&self, writes: H2Writes, now: Instant) -> Option<Instant> {
         match self.state {
             Activity::Idle => None,
+            // Not polled because h2 cannot write: not stale.
+            Activity::Producing if writes == H2Writes::Refused => Some(now + STALE_AFTER),
             Activity::Producing => Some(self.last_polled + STALE_AFTER),
             Activity::Waiting { since } => Some(since + WAIT_GRACE),
         }
@@ -231,14 +242,14 @@ impl BodyGate {
     /// the front image of a page then counted as stalled and the images behind it passed
     /// 64 KB each (browser lab, app).
     pub(crate) fn writes_refused(&self) {
-        self.lock().writes_refused = true;
+        self.lock().h2_writes = H2Writes::Refused;
     }
 
     /// The wrapper takes h2's writes again: the spell it refused them does not count
     /// toward a producing body's staleness.
     pub(crate) fn writes_taken(&self, now: Instant) {
         let mut shares = self.lock();
-        shares.writes_refused = false;
+        shares.h2_writes = H2Writes::Taken;
         for entry in shares.bodies.values_mut() {
             if entry.state == Activity::Producing {
                 entry.last_polled = entry.last_polled.max(now);
@@ -466,11 +477,7 @@ impl Shares {
             if other_id == id {
                 continue;
             }
-            let holds_until = match other.state {
-                // Not polled because h2 cannot write: not stale.
-                Activity::Producing if self.writes_refused => Some(now + STALE_AFTER),
-                _ => other.holds_until(),
-            };
+            let holds_until = other.holds_until(self.h2_writes, now);
             let Some(stale_at) = holds_until.filter(|at| *at > now) else {
                 continue;
             };

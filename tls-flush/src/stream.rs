@@ -185,8 +185,7 @@ impl<T: Transport> FlushStream<T> {
                     // leave h2 stalled until the socket drains.
                     continue;
                 }
-                self.write.refusal_returned();
-                self.priorities.writes_refused();
+                self.write.refusal_returned(&mut self.priorities);
                 return Poll::Pending;
             }
             // Nothing was admitted, yet the transport took everything it could without
@@ -204,8 +203,7 @@ impl<T: Transport> FlushStream<T> {
                 if !self.write.is_holding() {
                     cx.waker().wake_by_ref();
                 }
-                self.write.refusal_returned();
-                self.priorities.writes_refused();
+                self.write.refusal_returned(&mut self.priorities);
                 return Poll::Pending;
             }
         }

@@ -437,11 +437,13 @@ impl WritePath {
     }
 
     /// h2's write is about to return `Pending`: a refused frame has reached h2 (see
-    /// [`Refusal::Returned`]; counted when h2 comes back during a hold).
-    pub(crate) fn refusal_returned(&mut self) {
+    /// [`Refusal::Returned`]; counted when h2 comes back during a hold), and the body gate
+    /// learns that h2 cannot write.
+    pub(crate) fn refusal_returned(&mut self, priorities: &mut StreamPriorities) {
         if self.hold_room.refusal == Refusal::Refused {
             self.hold_room.refusal = Refusal::Returned;
         }
+        priorities.writes_refused();
     }
 
     /// Appends SETTINGS_NO_RFC7540_PRIORITIES = 1 to h2's first SETTINGS frame (RFC 9218 §2.1),
