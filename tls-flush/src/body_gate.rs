@@ -317,6 +317,7 @@ impl BodyGate {
             .unwrap_or(requested);
         let urgency = pinned.apply_to(client).urgency.min(7);
         let id = shares.insert(urgency, length, stream, pinned);
+        tracing::trace!(id, ?stream, urgency, ?length, "body registered");
         Ticket {
             gate: self.clone(),
             id,
@@ -403,6 +404,14 @@ impl Ticket {
         };
         let entry = shares.bodies.get_mut(&self.id).expect("looked up above");
         if let Some(recheck_at) = recheck_at {
+            tracing::trace!(
+                id = self.id,
+                stream = ?entry.stream,
+                urgency,
+                by_level = held_by_level.is_some(),
+                by_sibling = held_by_sibling.is_some(),
+                "body held"
+            );
             entry.behind_sibling = held_by_sibling.is_some();
             if !entry.waker.as_ref().is_some_and(|w| w.will_wake(waker)) {
                 entry.waker = Some(waker.clone());
