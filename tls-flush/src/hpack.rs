@@ -144,6 +144,36 @@ impl std::fmt::Debug for PassiveDecoder {
     }
 }
 
+/// The `content-length` lines of a header block, as far as read.
+#[derive(Debug, Clone, Copy)]
+enum ContentLength {
+    Absent,
+    Value(u64),
+    /// Not a number, or more than one line.
+    Invalid,
+}
+
+impl ContentLength {
+    /// Another `content-length` line with `value`.
+    fn and(self, value: &[u8]) -> Self {
+        let parsed = std::str::from_utf8(value)
+            .ok()
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse().ok());
+        match (self, parsed) {
+            (ContentLength::Absent, Some(n)) => ContentLength::Value(n),
+            _ => ContentLength::Invalid,
+        }
+    }
+
+    fn value(self) -> Option<u64> {
+        match self {
+            ContentLength::Value(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
 impl PassiveDecoder {
     pub(crate) fn new(direction: &'static str, stats: ConnectionStats) -> Self {
         Self::with_table_size(direction, stats, INITIAL_TABLE_SIZE)
@@ -176,10 +206,21 @@ impl PassiveDecoder {
     /// every `priority` line, joined, copied into one buffer capped at
     /// [`MAX_PRIORITY_VALUE`]. `None` once the decoder has failed (now or earlier).
     pub(crate) fn priority_field(&mut self, block: &[u8]) -> Option<PriorityField<'_>> {
+        self.head_fields(block).map(|(priority, _)| priority)
+    }
+
+    /// [`priority_field`](Self::priority_field), and the block's `content-length` where it
+    /// has exactly one valid line.
+    pub(crate) fn head_fields(&mut self, block: &[u8]) -> Option<(PriorityField<'_>, Option<u64>)> {
         let mut joined = std::mem::take(&mut self.priority);
         joined.clear();
         let (mut lines, mut too_long) = (0usize, false);
+        let mut length = ContentLength::Absent;
         let decoded = self.decode(block, |name, value| {
+            if name == b"content-length" {
+                length = length.and(value);
+                return;
+            }
             if name != b"priority" || too_long {
                 return;
             }
@@ -194,14 +235,15 @@ impl PassiveDecoder {
         });
         self.priority = joined;
         decoded?;
-        Some(match (lines, too_long) {
+        let priority = match (lines, too_long) {
             (_, true) => {
                 self.stats.add_priority_value_too_long(1);
                 PriorityField::TooLong
             }
             (0, _) => PriorityField::Absent,
             _ => PriorityField::Value(&self.priority),
-        })
+        };
+        Some((priority, length.value()))
     }
 
     /// [`priority_field`](Self::priority_field), owned: `Some(None)` for absent,

@@ -428,13 +428,16 @@ impl WriteBudget {
     /// The allowance for the next record: `target` is the record size the writer aims at,
     /// `available` what is queued for it. An `urgent` record (it starts with anything but
     /// bulk DATA) never waits: what is ahead of it in the kernel leaves first anyway, and
-    /// waiting would only leave the link idle.
+    /// waiting would only leave the link idle. A bulk record leaves `reserve` bytes of the
+    /// congestion window free, and nothing unsent in the kernel, for a more urgent body
+    /// about to come.
     pub(crate) fn allowance(
         &mut self,
         s: &PathState,
         target: usize,
         available: usize,
         urgent: bool,
+        reserve: usize,
         now: Instant,
     ) -> Allowance {
         let mut record = target.max(1);
@@ -499,6 +502,15 @@ impl WriteBudget {
         if let Some(ahead) = self.paced_ahead(s) {
             record = record.min(ahead);
             kernel = kernel.min((ahead + record).saturating_sub(notsent));
+        }
+        // Room kept for a more urgent body: the bulk takes what the window can send now
+        // beyond it, in records of at least a segment, so that the body, once written,
+        // neither waits for ACKs nor queues behind bulk bytes the kernel holds unsent.
+        if reserve > 0 {
+            let room = s.window_bytes().saturating_sub(reserve + notsent);
+            let room = if room < mss { 0 } else { room };
+            kernel = kernel.min(room);
+            record = record.min(room.saturating_sub(RECORD_OVERHEAD).max(1));
         }
         // What is in flight and unsent stays near gain x BDP (plus a record, and what
         // drains during a timer wait).

@@ -599,13 +599,16 @@ fn observe_response_headers(
             &joined[..]
         }
     };
-    let field = decoder.priority_field(block);
+    let fields = decoder.head_fields(block);
     if first.kind == frame::HEADERS {
-        let pinned = match field {
-            Some(PriorityField::Value(value)) => Some(PriorityParams::parse(value)),
-            Some(PriorityField::Absent | PriorityField::TooLong) | None => None,
+        let (pinned, length) = match fields {
+            Some((PriorityField::Value(value), length)) => {
+                (Some(PriorityParams::parse(value)), length)
+            }
+            Some((PriorityField::Absent | PriorityField::TooLong, length)) => (None, length),
+            None => (None, None),
         };
-        priorities.response_started(first.stream_id, pinned)
+        priorities.response_started(first.stream_id, pinned, length)
     } else {
         None
     }

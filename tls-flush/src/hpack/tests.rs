@@ -302,6 +302,47 @@ fn referenced_values_are_capped_not_copied() {
     assert_eq!(stats.snapshot().hpack_failures, 0);
 }
 
+/// A literal field line without indexing, `name: value` (both short).
+fn line(name: &[u8], value: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x00, name.len() as u8];
+    out.extend(name);
+    out.push(value.len() as u8);
+    out.extend(value);
+    out
+}
+
+#[test]
+fn content_length_is_read_when_one_line_holds_a_number() {
+    let mut d = decoder();
+    let length = |d: &mut PassiveDecoder, lines: &[Vec<u8>]| {
+        let mut block = vec![0x88];
+        lines.iter().for_each(|l| block.extend(l));
+        d.head_fields(&block).map(|(_, length)| length)
+    };
+    let cl = |v: &[u8]| line(b"content-length", v);
+    assert_eq!(length(&mut d, &[cl(b"4096")]), Some(Some(4096)));
+    assert_eq!(length(&mut d, &[]), Some(None), "absent");
+    assert_eq!(
+        length(&mut d, &[cl(b"4096"), cl(b"4096")]),
+        Some(None),
+        "two lines"
+    );
+    assert_eq!(length(&mut d, &[cl(b"-1")]), Some(None), "not a number");
+    assert_eq!(length(&mut d, &[cl(b"")]), Some(None), "empty");
+    assert_eq!(
+        length(&mut d, &[cl(b"99999999999999999999999")]),
+        Some(None),
+        "too large"
+    );
+    // The priority field comes with it.
+    let mut block = vec![0x88];
+    block.extend(cl(b"10"));
+    block.extend(line(b"priority", b"u=1"));
+    let (priority, length) = d.head_fields(&block).unwrap();
+    assert!(matches!(priority, PriorityField::Value(b"u=1")));
+    assert_eq!(length, Some(10));
+}
+
 /// Decodes `block` with a fresh decoder and returns the error.
 fn error_of(block: &[u8]) -> Error {
     let mut d = super::decoder::Decoder::new(INITIAL_TABLE_SIZE, MAX_TABLE_SIZE);

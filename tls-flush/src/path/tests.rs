@@ -14,7 +14,7 @@ const CAPPED_RECORD: usize = 8 * MSS as usize - RECORD_OVERHEAD;
 
 /// The allowance for a full bulk record (not urgent) with a full record queued.
 fn bulk_record(budget: &mut WriteBudget, path: &PathState, now: Instant) -> Allowance {
-    budget.allowance(path, RECORD, RECORD, false, now)
+    budget.allowance(path, RECORD, RECORD, false, 0, now)
 }
 
 fn path(cwnd: u32, unacked: u32, notsent: u32, delivery_rate: u64) -> PathState {
@@ -114,7 +114,7 @@ fn in_congestion_avoidance_bulk_records_hold_half_a_small_window() {
         "bulk: half the window, not the one segment free now"
     );
     assert_eq!(
-        budget.allowance(&avoidance, RECORD, RECORD, true, now),
+        budget.allowance(&avoidance, RECORD, RECORD, true, 0, now),
         Allowance::Record(1448 - RECORD_OVERHEAD),
         "urgent bytes still end inside what TCP can send now"
     );
@@ -204,12 +204,47 @@ fn the_kernel_holds_about_one_record_beyond_the_window() {
     assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
     // A short record (less queued) needs less room.
     assert_eq!(
-        budget.allowance(&path(200, 190, beyond + 6000, 0), RECORD, 4096, false, now),
+        budget.allowance(
+            &path(200, 190, beyond + 6000, 0),
+            RECORD,
+            4096,
+            false,
+            0,
+            now
+        ),
         Allowance::Record(segment_aligned(
             RECORD,
             beyond as usize + 6000,
             MSS as usize
         ))
+    );
+}
+
+#[test]
+fn a_bulk_record_leaves_the_reserved_room_free_and_nothing_unsent() {
+    let mut budget = WriteBudget::default();
+    let now = Instant::now();
+    let reserve = 4 * MSS as usize;
+    // 200-segment window, 190 in flight: ten segments sendable now, four of them kept.
+    assert_eq!(
+        budget.allowance(&path(200, 190, 0, 0), RECORD, RECORD, false, reserve, now),
+        Allowance::Record(6 * MSS as usize - RECORD_OVERHEAD),
+        "what the window sends now beyond the reserve, not a record beyond the window"
+    );
+    // Six segments already unsent: nothing beyond the reserve, the record waits for ACKs.
+    let a = budget.allowance(
+        &path(200, 190, 6 * MSS, 0),
+        RECORD,
+        RECORD,
+        false,
+        reserve,
+        now,
+    );
+    assert!(matches!(a, Allowance::Wait(_)), "{a:?}");
+    // The awaited body itself is urgent and never waits.
+    assert_eq!(
+        budget.allowance(&path(200, 200, 0, 0), RECORD, 4096, true, 0, now),
+        Allowance::Record(RECORD)
     );
 }
 
@@ -231,7 +266,7 @@ fn in_flight_stays_near_the_bandwidth_delay_product() {
     assert!(wait >= Duration::from_millis(1) && wait <= Duration::from_millis(20));
     // Urgent bytes never wait.
     assert_eq!(
-        budget.allowance(&path(400, 90, 0, rate), RECORD, 4096, true, t0),
+        budget.allowance(&path(400, 90, 0, rate), RECORD, 4096, true, 0, t0),
         Allowance::Record(RECORD)
     );
     // Three round trips without the rate growing by a quarter: the cap drops to 1.25 x BDP.

@@ -271,7 +271,7 @@ fn a_priority_change_moves_queued_data_without_rescanning() {
     let mut update = 5u32.to_be_bytes().to_vec();
     update.extend_from_slice(b"u=0");
     p.apply_update(0, &update);
-    p.response_started(3, Some(tower_priority::PriorityParams::parse(b"u=7")));
+    p.response_started(3, Some(tower_priority::PriorityParams::parse(b"u=7")), None);
     assert_eq!(s.next_data_urgency(&mut p), Some(0));
     assert_eq!(s.least_urgent_queued(&mut p), Some(7));
     let ids = drain_ids(&mut s, &mut p);

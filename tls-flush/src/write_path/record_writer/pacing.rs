@@ -4,6 +4,7 @@
 //! what counts as bulk.
 
 use std::task::Context;
+use std::time::Instant;
 
 use super::{Drive, UnitClass};
 use crate::config::FlushConfig;
@@ -61,11 +62,16 @@ impl WritePath {
         let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
         let urgent = !self.next_is_bulk(config, priorities);
         let now = crate::clock::now();
+        let reserve = if urgent || !config.reorder || self.writer.budget.is_unpaced() {
+            0
+        } else {
+            self.reserved_room(priorities, state.mss as usize, now)
+        };
         let lifts = self.writer.budget.cap_lifts();
         let allowance = self
             .writer
             .budget
-            .allowance(&state, target, available, urgent, now);
+            .allowance(&state, target, available, urgent, reserve, now);
         self.stats
             .add_budget_cap_lifts(self.writer.budget.cap_lifts() - lifts);
         if self.writer.budget.take_pacing_request() {
@@ -89,6 +95,7 @@ impl WritePath {
             cap_lifts = self.writer.budget.cap_lifts(),
             available,
             urgent,
+            reserve,
             ?allowance,
             "write budget"
         );
@@ -182,6 +189,28 @@ impl WritePath {
         Some(available / record)
     }
 
+    /// The window room the next bulk record leaves free, in whole segments, for the small
+    /// more urgent responses under way (see [`StreamPriorities::room_reserved`]), at most
+    /// [`MAX_RESERVED_ROOM`].
+    fn reserved_room(
+        &mut self,
+        priorities: &mut StreamPriorities,
+        mss: usize,
+        now: Instant,
+    ) -> usize {
+        let urgency = match &self.writer.current {
+            Some((frame, _, _)) => priorities.effective(frame.header.stream_id).urgency,
+            None => match self.scheduler.next_data_urgency(priorities) {
+                Some(u) => u,
+                None => return 0,
+            },
+        };
+        let room = priorities
+            .room_reserved(urgency, now)
+            .min(MAX_RESERVED_ROOM);
+        room.div_ceil(mss.max(1)) * mss
+    }
+
     /// True when the next unit is bulk DATA (what the write budget may make wait). The rest
     /// of a bulk frame already begun counts as bulk only while what is queued after it is
     /// bulk too: once something more urgent is queued, that rest is all that stands between
@@ -207,6 +236,12 @@ impl WritePath {
         }
     }
 }
+
+/// The most window room bulk leaves for small responses under way, however many: room for
+/// the first of them to come (the browser lab's demo answer, 4 KiB, takes three segments).
+/// With room for each of page-app's ten 2 KB API answers, the images left up to 21 KB of
+/// the window unused, and the answers took longer (a median of 100 ms against 86, 10 loads).
+const MAX_RESERVED_ROOM: usize = 6 * 1024;
 
 /// Full records in the next write, from [`WritePath::wide_write`]'s count.
 fn records_per_write(wide: Option<usize>) -> usize {
