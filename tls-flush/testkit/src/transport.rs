@@ -187,6 +187,23 @@ pub struct SimulatedPath {
     pub retransmits: u32,
 }
 
+impl SimulatedPath {
+    /// A 20 ms path of `cwnd` 1448-byte segments in congestion avoidance (1 MB/s
+    /// measured), nothing acknowledged until the test says so (`acked_per_read`): the
+    /// window fills with the first records.
+    pub fn full_window(cwnd: u32) -> Self {
+        SimulatedPath {
+            cwnd,
+            mss: 1448,
+            min_rtt: std::time::Duration::from_millis(20),
+            delivery_rate: 1_000_000,
+            ssthresh: 2,
+            acked_per_read: 0,
+            retransmits: 0,
+        }
+    }
+}
+
 impl Wire {
     /// A transport following `schedule` (cycled; an accepting step is appended when it has
     /// none), reporting ALPN `h2`, that supplies `client` to `poll_read`.

@@ -360,15 +360,7 @@ fn the_awaited_response_header_block_grants_room_for_its_body() {
 #[test]
 fn a_download_leaves_window_room_for_an_urgent_body_after_its_headers() {
     // Twelve segments in congestion avoidance, nothing acknowledged until the test says so.
-    let path = SimulatedPath {
-        cwnd: 12,
-        mss: 1448,
-        min_rtt: Duration::from_millis(20),
-        delivery_rate: 1_000_000,
-        ssthresh: 2,
-        acked_per_read: 0,
-        retransmits: 0,
-    };
+    let path = SimulatedPath::full_window(12);
     let window = 12 * 1448;
     // How long the room is kept after the header block (the wrapper's 25 ms, less slack
     // for a slow test run).

@@ -348,15 +348,7 @@ fn an_unpaced_path_takes_writes_of_four_records() {
 /// Four segments in congestion avoidance, nothing acknowledged until the test says so
 /// (`acked_per_read`): the window fills with the first records.
 fn full_window() -> SimulatedPath {
-    SimulatedPath {
-        cwnd: 4,
-        mss: 1448,
-        min_rtt: Duration::from_millis(20),
-        delivery_rate: 1_000_000,
-        ssthresh: 2,
-        acked_per_read: 0,
-        retransmits: 0,
-    }
+    SimulatedPath::full_window(4)
 }
 
 /// Behind a full window, a bulk DATA frame that does not fit the record the write budget
