@@ -20,13 +20,13 @@
 //! Within one urgency at or below the default (`u=3` to `u=7`), bodies whose length is known
 //! (`Content-Length`) go shortest first: the body with the fewest bytes, counted in powers
 //! of four (of one [`length_class`], the one requested first, see [`Entry::request_order`]),
-//! goes in front, and a longer one passes one
-//! piece for every [`SIBLING_SHARE`] of the front's, so it slows down but never stops. Why: Chromium fetches
-//! a page's later images, its async scripts and its `fetch()`es at `u=3` (the images with
-//! `i`); shared equally, three 2 MB images of an app all ended together, and with them its
-//! largest contentful paint (browser lab, `page-app`: 1.08x stock's, where nginx and h2o
-//! finish one first); in stream order, an article's images waited for a 4 MB fetch it had
-//! started first (`load` 2.3x stock's). Shortest first finishes the most responses soonest
+//! goes in front, and a longer one passes one piece for every [`SIBLING_SHARE`] of the
+//! front's, so it slows down but never stops. Why: Chromium fetches a page's later images,
+//! its async scripts and its `fetch()`es at `u=3` (the images with `i`); shared equally,
+//! three 2 MB images of an app all ended together, and with them its largest contentful
+//! paint (browser lab, `page-app`: 1.08x stock's, where nginx and h2o finish one first);
+//! in stream order, an article's images waited for a 4 MB fetch it had started first
+//! (`load` 2.3x stock's). Shortest first finishes the most responses soonest
 //! and puts small ones ahead of long downloads. Above the default urgency the wire scheduler
 //! already sends one response at a time, in stream order, and bodies of unknown length
 //! (streams, server-sent events) neither wait for nor hold back their level.

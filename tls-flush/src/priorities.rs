@@ -349,14 +349,13 @@ impl StreamPriorities {
             let urgency = entry.pinned.apply_to(entry.client).urgency.min(7);
             let room = n as u32 + RESPONSE_OVERHEAD;
             let holds = self.holds.get_or_insert_with(Box::default);
-            Self::prune_under_way(holds, &self.open, now);
+            Self::prune_under_way(holds, now);
             if urgency < 7 && holds.under_way.len() < self.max_open {
                 holds
                     .under_way
                     .push_back((stream_id, urgency, room, now + ROOM_RESERVATION));
             }
         }
-        let entry = self.open.get_mut(&stream_id)?;
         let Hold::Armed(urgency) = entry.hold else {
             return None;
         };
@@ -536,21 +535,23 @@ impl StreamPriorities {
         let Some(holds) = self.holds.as_mut() else {
             return 0;
         };
-        Self::prune_under_way(holds, &self.open, now);
+        Self::prune_under_way(holds, now);
         holds
             .under_way
             .iter()
-            .filter(|&&(id, u, _, until)| u < urgency && until > now && self.open.contains_key(&id))
+            .filter(|&&(id, u, _, _)| u < urgency && self.open.contains_key(&id))
             .map(|&(_, _, room, _)| room as usize)
             .sum()
     }
 
-    /// Drops the responses that ended, or whose room is no longer kept, from the front.
-    fn prune_under_way(holds: &mut Holds, open: &HashMap<u32, StreamEntry>, now: Instant) {
-        while let Some(&(id, _, _, until)) = holds.under_way.front() {
-            if until > now && open.contains_key(&id) {
-                return;
-            }
+    /// Drops the responses whose room is no longer kept (ends ascend, so from the front);
+    /// one that ended sooner stays until then, and counts for nothing meanwhile.
+    fn prune_under_way(holds: &mut Holds, now: Instant) {
+        while holds
+            .under_way
+            .front()
+            .is_some_and(|&(_, _, _, until)| until <= now)
+        {
             holds.under_way.pop_front();
         }
     }
