@@ -142,7 +142,7 @@ pub fn flush_config(args: &Args) -> Option<FlushConfig> {
 const BUDGET_REPORT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Prints `memory-budget used=U high_water=H limit=L connections=C` on stdout each time the
-/// budget's high-water mark rose since the last look (once per [`BUDGET_REPORT_EVERY`]),
+/// budget's high-water mark rose since the last look (once per `BUDGET_REPORT_EVERY`, a second),
 /// for `scripts/scale.sh`'s `budget` row; runs until the process ends.
 pub async fn report_budget(budget: MemoryBudget) {
     let mut reported = 0;
