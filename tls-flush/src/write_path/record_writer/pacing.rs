@@ -60,12 +60,14 @@ impl WritePath {
         // ramp on top of the cap.
         let target = config.record_target(u64::MAX);
         let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
-        let urgent = !self.next_is_bulk(config, priorities);
+        let bulk = self.next_bulk_urgency(config, priorities);
+        let urgent = bulk.is_none();
         let now = crate::clock::now();
-        let reserve = if urgent || !config.reorder || self.writer.budget.is_unpaced() {
-            0
-        } else {
-            self.reserved_room(priorities, state.mss as usize, now)
+        let reserve = match bulk {
+            Some(urgency) if config.reorder && !self.writer.budget.is_unpaced() => {
+                reserved_room(urgency, priorities, state.mss as usize, now)
+            }
+            _ => 0,
         };
         let lifts = self.writer.budget.cap_lifts();
         let allowance = self
@@ -189,52 +191,50 @@ impl WritePath {
         Some(available / record)
     }
 
-    /// The window room the next bulk record leaves free, in whole segments, for the small
-    /// more urgent responses under way (see [`StreamPriorities::room_reserved`]), at most
-    /// [`MAX_RESERVED_ROOM`].
-    fn reserved_room(
-        &mut self,
-        priorities: &mut StreamPriorities,
-        mss: usize,
-        now: Instant,
-    ) -> usize {
-        let urgency = match &self.writer.current {
-            Some((frame, _, _)) => priorities.effective(frame.header.stream_id).urgency,
-            None => match self.scheduler.next_data_urgency(priorities) {
-                Some(u) => u,
-                None => return 0,
-            },
-        };
-        let room = priorities
-            .room_reserved(urgency, now)
-            .min(MAX_RESERVED_ROOM);
-        room.div_ceil(mss.max(1)) * mss
-    }
-
-    /// True when the next unit is bulk DATA (what the write budget may make wait). The rest
-    /// of a bulk frame already begun counts as bulk only while what is queued after it is
-    /// bulk too: once something more urgent is queued, that rest is all that stands between
-    /// it and the wire (a frame cannot be cut short), and waiting on the budget would only
-    /// delay it (behind a competitor's deep queue, records of two segments paced by the ACK
-    /// clock held a 16 KiB frame's rest, and the urgent response after it, for 200 ms).
-    pub(super) fn next_is_bulk(
+    /// The urgency of the bulk DATA the next record starts with (what the write budget may
+    /// make wait), `None` when the next unit is not bulk: one look at the scheduler serves
+    /// both the budget's question and the room it keeps. The rest of a bulk frame already
+    /// begun counts as bulk only while what is queued after it is bulk too: once something
+    /// more urgent is queued, that rest is all that stands between it and the wire (a frame
+    /// cannot be cut short), and waiting on the budget would only delay it (behind a
+    /// competitor's deep queue, records of two segments paced by the ACK clock held a
+    /// 16 KiB frame's rest, and the urgent response after it, for 200 ms).
+    fn next_bulk_urgency(
         &mut self,
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
-    ) -> bool {
-        let queued_is_bulk = |this: &mut Self, priorities: &mut StreamPriorities| {
+    ) -> Option<u8> {
+        let queued_bulk = |this: &mut Self, priorities: &mut StreamPriorities| {
             this.scheduler
                 .next_data_urgency(priorities)
-                .is_some_and(|u| is_bulk_urgency(config, u))
+                .filter(|&u| is_bulk_urgency(config, u))
         };
         match &self.writer.current {
-            Some((_, _, UnitClass::Bulk)) => {
-                self.scheduler.queued_units() == 0 || queued_is_bulk(self, priorities)
+            Some((frame, _, UnitClass::Bulk)) => {
+                let stream = frame.header.stream_id;
+                let rest_is_bulk =
+                    self.scheduler.queued_units() == 0 || queued_bulk(self, priorities).is_some();
+                rest_is_bulk.then(|| priorities.effective(stream).urgency)
             }
-            Some(_) => false,
-            None => queued_is_bulk(self, priorities),
+            Some(_) => None,
+            None => queued_bulk(self, priorities),
         }
     }
+}
+
+/// The window room a bulk record of `urgency` leaves free, in whole segments, for the
+/// small more urgent responses under way (see [`StreamPriorities::room_reserved`]), at
+/// most [`MAX_RESERVED_ROOM`].
+fn reserved_room(
+    urgency: u8,
+    priorities: &mut StreamPriorities,
+    mss: usize,
+    now: Instant,
+) -> usize {
+    let room = priorities
+        .room_reserved(urgency, now)
+        .min(MAX_RESERVED_ROOM);
+    room.div_ceil(mss.max(1)) * mss
 }
 
 /// The most window room bulk leaves for small responses under way, however many: room for
