@@ -345,12 +345,6 @@ fn an_unpaced_path_takes_writes_of_four_records() {
     }
 }
 
-/// Four segments in congestion avoidance, nothing acknowledged until the test says so
-/// (`acked_per_read`): the window fills with the first records.
-fn full_window() -> SimulatedPath {
-    SimulatedPath::full_window(4)
-}
-
 /// Behind a full window, a bulk DATA frame that does not fit the record the write budget
 /// allows is split where the record ends, and an urgent response queued meanwhile goes
 /// ahead of its rest: nothing can go between the bytes of one frame, and behind a
@@ -361,7 +355,7 @@ fn full_window() -> SimulatedPath {
 fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end() {
     for (policy, overtakes) in [(Policy::Scheduled, true), (Policy::EarlyFlush, false)] {
         let mut w = recording_wire(Buffering::Off, &[(1, Some("u=5, i")), (3, Some("u=0"))]);
-        w.path = Some(full_window());
+        w.path = Some(SimulatedPath::full_window(4));
         // No anticipation: the bulk frame begins although the urgent request was read.
         let mut h = started(comparable_preset(policy).anticipate(None), w);
         let mut input = vec![settings_frame(0, &[]), response_headers(1)];
@@ -412,7 +406,7 @@ fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end
 #[test]
 fn a_response_end_does_not_wait_for_the_window() {
     let mut w = recording_wire(Buffering::Off, &[(1, Some("u=2")), (3, Some("u=5, i"))]);
-    w.path = Some(full_window());
+    w.path = Some(SimulatedPath::full_window(4));
     let mut h = started(comparable_preset(Policy::Scheduled).anticipate(None), w);
     // The answer's bytes fit the window; a download fills the rest, and more waits.
     let mut input = vec![
