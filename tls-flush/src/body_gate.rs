@@ -64,8 +64,8 @@ use foldhash::HashMap;
 use tokio::time::Instant;
 use tower_priority::{Priority, PriorityParams};
 
-pub(crate) use body::GATE_PIECE;
-pub(crate) use service::GatedService;
+pub(crate) use body::{GatedBody, GATE_PIECE};
+pub(crate) use service::GatedFuture;
 
 use crate::scheduler::{cost_bits, DEFAULT_URGENCY};
 
@@ -100,7 +100,7 @@ fn cost_per_byte(urgency: u8) -> u128 {
     1u128 << cost_bits(urgency)
 }
 
-/// One connection's gate, shared by the [`GatedService`] that registers the bodies and by
+/// One connection's gate, shared by the [`GatedFuture`]s that register the bodies and by
 /// the bodies themselves.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BodyGate {

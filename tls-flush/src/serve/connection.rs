@@ -22,7 +22,7 @@ use super::{
     idle_for, shutdown_requested, ActivityClock, BoxError, HttpBuilders, HttpService, Tracked,
 };
 use crate::accept::handshake_within;
-use crate::body_gate::{BodyGate, GatedService};
+use crate::body_gate::{BodyGate, GatedBody, GatedFuture};
 use crate::config::SharedSetup;
 use crate::early_data::{EarlyDataStream, EarlyRequests, OrEmpty, TooEarly, TooEarlyLayer};
 use crate::half_rtt::{EarlyDataMode, HalfRttAcceptor, HalfRttStream};
@@ -87,7 +87,7 @@ type OrEmptyFn<B> = fn(Response<B>) -> Response<OrEmpty<B>>;
 /// body gate needs), then the body gate, the 0.5-RTT rule.
 type Stack<S> = Marked<
     TowerToHyperService<
-        GatedService<TooEarly<tower::util::MapResponse<S, OrEmptyFn<<S as HttpService>::ResBody>>>>,
+        TooEarly<tower::util::MapResponse<S, OrEmptyFn<<S as HttpService>::ResBody>>>,
     >,
 >;
 
@@ -264,7 +264,7 @@ where
     let service = tower::util::MapResponse::new(service, or_empty);
     let service = tower::Layer::layer(too_early, service);
     let service = Marked {
-        inner: TowerToHyperService::new(GatedService::new(service, gate.clone())),
+        inner: TowerToHyperService::new(service),
         stats: stats.clone(),
         early,
         gate,
@@ -277,7 +277,8 @@ where
 
 /// `inner`, a hyper service, with the connection's [`ConnectionStats`] in every request's
 /// extensions, [`EarlyData`](crate::EarlyData) in those that began in TLS 1.3 early data,
-/// and, for the body gate, the HTTP/2 stream each request came on.
+/// and each response body behind the body gate (none: untouched) at the priority the wire
+/// scheduler gives it.
 ///
 /// Why at hyper's level: the body gate claims streams in the order h2 accepted them, and
 /// hyper calls its service in that order; a tower service behind `TowerToHyperService` is
@@ -292,20 +293,20 @@ struct Marked<S> {
     gate: Option<BodyGate>,
 }
 
-impl<S: hyper::service::Service<Request<Incoming>>> hyper::service::Service<Request<Incoming>>
-    for Marked<S>
+impl<S, B> hyper::service::Service<Request<Incoming>> for Marked<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
+    B: http_body::Body,
 {
-    type Response = S::Response;
+    type Response = Response<GatedBody<B>>;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = GatedFuture<S::Future>;
 
-    fn call(&self, mut req: Request<Incoming>) -> S::Future {
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
         req.extensions_mut().insert(self.stats.clone());
         self.early.mark(&mut req);
-        if let Some(gate) = &self.gate {
-            gate.claim_stream_of(&mut req);
-        }
-        self.inner.call(req)
+        let claim = self.gate.as_ref().map(|gate| gate.claim(req.headers()));
+        GatedFuture::new(self.inner.call(req), claim)
     }
 }
 
