@@ -10,7 +10,8 @@
 //!   (cork), only when the caller flushes ([`Drive::Flush`]), and never when it holds a
 //!   unit of an urgent stream, except on an unpaced path (loopback, a LAN) a record that
 //!   ends right after an urgent response with nothing else queued: it waits for h2's flush
-//!   and one turn, and only urgent units may join it ([`Filled::UrgentShort`]);
+//!   and at most [`UNPACED_URGENT_TURNS`] turns, and only urgent units may join it
+//!   ([`Filled::UrgentShort`]);
 //! - DATA held for an urgent response (anticipation) waits on the hold clock's timer;
 //!   meanwhile held DATA stops at the soft limit, and each time h2 offers a refused frame
 //!   again after another task woke it (and when the awaited response's header block
@@ -56,6 +57,16 @@ mod pacing;
 /// module invariants): the server's SETTINGS, its ACK and the first header blocks are
 /// written within a fraction of a millisecond of the first DATA when the response is ready.
 pub(crate) const FIRST_FLIGHT_WAIT: Duration = Duration::from_millis(2);
+
+/// How many turns of the task scheduler a record that ends right after an urgent response
+/// may wait on an unpaced path, for more urgent responses to share it and its flush (see
+/// [`Filled::UrgentShort`]). Under h2load (`-m 10`, 4 KiB `u=0` responses, loopback,
+/// `scripts/scale.sh`, 5 rounds against stock in one session) one turn gave 1.10x, 1.14x and
+/// 0.95x stock's requests per second at 10, 100 and 1,000 connections, and a mean time per
+/// request of 1.00x, 0.96x and 1.23x; four gave 1.35x, 1.35x and 1.17x, and 0.80x, 0.81x
+/// and 0.95x: the longer a busy server waits, the more responses share each system call, and
+/// it is busy that a turn is long. An idle server's turn takes microseconds.
+const UNPACED_URGENT_TURNS: u8 = 4;
 
 /// Where the connection's first record stands (see [`FIRST_FLIGHT_WAIT`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +142,9 @@ pub(super) struct RecordWriter {
     /// more urgent responses to share it (see [`Filled::UrgentShort`]): only units of
     /// urgent streams may join it, and anything else is cut off.
     urgent_end: bool,
+    /// Turns of the task scheduler the record being built has waited so far as
+    /// [`Filled::UrgentShort`] (at most [`UNPACED_URGENT_TURNS`]).
+    urgent_turns: u8,
     downstream: Downstream,
 }
 
@@ -164,6 +178,7 @@ impl Default for RecordWriter {
             first_flight: FirstFlight::Open,
             data_begun: false,
             urgent_end: false,
+            urgent_turns: 0,
             downstream: Downstream::Taking,
         }
     }
@@ -215,6 +230,7 @@ impl RecordWriter {
     fn seal(&mut self, cut: bool) {
         self.state = State::Writing { written: 0, cut };
         self.urgent_end = false;
+        self.urgent_turns = 0;
     }
 
     /// The record was written whole: account it and start the next. `timed`: the idle
@@ -302,10 +318,11 @@ enum Filled {
     /// Less urgent DATA is next and held for an urgent response.
     Held,
     /// An urgent response ended the chunk on an unpaced path and nothing is queued: the
-    /// record may wait for h2's flush, then one turn of the task scheduler, for more urgent
-    /// responses to share it and its flush (a cut and a flush per 4 KiB response cost a
-    /// system call each: 19 us of server CPU per request under h2load against 13 without
-    /// cuts). A turn costs microseconds there; on a paced path the cut is immediate.
+    /// record may wait for h2's flush, then up to [`UNPACED_URGENT_TURNS`] turns of the task
+    /// scheduler, for more urgent responses to share it and its flush (a cut and a flush per
+    /// 4 KiB response cost a system call each: 19 us of server CPU per request under h2load
+    /// against 13 without cuts). A turn costs microseconds there; on a paced path the cut is
+    /// immediate.
     UrgentShort,
 }
 
@@ -381,12 +398,9 @@ impl WritePath {
                     // h2 flushes after its batch.
                     Drive::Write => return Poll::Ready(Ok(())),
                     Drive::Flush
-                        if config.cork
-                            && matches!(
-                                self.writer.state,
-                                State::Building { waited: false, .. }
-                            ) =>
+                        if config.cork && self.writer.urgent_turns < UNPACED_URGENT_TURNS =>
                     {
+                        self.writer.urgent_turns += 1;
                         self.writer.mark_waited();
                         cx.waker().wake_by_ref();
                         return Pin::new(&mut *io).poll_flush(cx);
