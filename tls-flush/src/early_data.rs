@@ -95,7 +95,8 @@ pub struct EarlyData;
 /// ```
 #[derive(Debug, Clone)]
 pub struct EarlyRequests {
-    shared: Arc<Shared>,
+    /// `None`: no request is early (a connection without early data allocates nothing).
+    shared: Option<Arc<Shared>>,
 }
 
 /// What the clones of one [`EarlyRequests`] share.
@@ -113,15 +114,13 @@ impl EarlyRequests {
     /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
     /// ```
     pub fn none() -> Self {
-        Self::with(Marks::none())
+        EarlyRequests { shared: None }
     }
 
+    #[cfg(test)]
     fn with(marks: Marks) -> Self {
         EarlyRequests {
-            shared: Arc::new(Shared {
-                marks: Mutex::new(marks),
-                hasher: KeyHasher::default(),
-            }),
+            shared: Some(Arc::new(Shared::new(marks))),
         }
     }
 
@@ -131,9 +130,8 @@ impl EarlyRequests {
         Self::with(Marks::counted(n))
     }
 
-    fn marks(&self) -> MutexGuard<'_, Marks> {
-        // The marks are consistent after any statement: a panic elsewhere spoils nothing.
-        self.shared.marks.lock().unwrap_or_else(|e| e.into_inner())
+    fn marks(&self) -> Option<MutexGuard<'_, Marks>> {
+        self.shared.as_deref().map(Shared::marks)
     }
 
     /// Call once per request the connection delivers, in any order: inserts [`EarlyData`]
@@ -153,8 +151,10 @@ impl EarlyRequests {
     /// assert!(request.extensions().get::<tls_flush::EarlyData>().is_none());
     /// ```
     pub fn mark<B>(&self, request: &mut http::Request<B>) -> bool {
-        let hasher = &self.shared.hasher;
-        let early = self.marks().take(|| hasher.of_request(request));
+        let Some(shared) = self.shared.as_deref() else {
+            return false;
+        };
+        let early = shared.marks().take(|| shared.hasher.of_request(request));
         if early {
             request.extensions_mut().insert(EarlyData);
         }
@@ -169,14 +169,28 @@ impl EarlyRequests {
     /// assert_eq!(tls_flush::EarlyRequests::none().remaining(), 0);
     /// ```
     pub fn remaining(&self) -> usize {
-        self.marks().remaining()
+        self.marks().map_or(0, |marks| marks.remaining())
     }
 
     /// Early requests left to count-based marking because their header block could not be
     /// keyed (cut, not decodable, too large, or past the bound on keys).
     #[cfg(test)]
     pub(crate) fn fallbacks(&self) -> usize {
-        self.marks().fallbacks()
+        self.marks().map_or(0, |marks| marks.fallbacks())
+    }
+}
+
+impl Shared {
+    fn new(marks: Marks) -> Self {
+        Shared {
+            marks: Mutex::new(marks),
+            hasher: KeyHasher::default(),
+        }
+    }
+
+    fn marks(&self) -> MutexGuard<'_, Marks> {
+        // The marks are consistent after any statement: a panic elsewhere spoils nothing.
+        self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -190,7 +204,8 @@ pub(crate) struct EarlyCounter {
     /// Made at the first early byte, dropped when the early data ends.
     parser: Option<Box<EarlyParser>>,
     ended: bool,
-    requests: EarlyRequests,
+    /// What the requests handed out share: the marks, found as the bytes come.
+    shared: Arc<Shared>,
 }
 
 impl Default for EarlyCounter {
@@ -199,7 +214,7 @@ impl Default for EarlyCounter {
             fed: 0,
             parser: None,
             ended: false,
-            requests: EarlyRequests::with(Marks::default()),
+            shared: Arc::new(Shared::new(Marks::default())),
         }
     }
 }
@@ -212,13 +227,13 @@ impl EarlyCounter {
             return;
         }
         self.fed += chunk.len();
-        let hasher = &self.requests.shared.hasher;
+        let hasher = &self.shared.hasher;
         let parser = self
             .parser
             .get_or_insert_with(|| Box::new(EarlyParser::new(hasher.clone())));
         parser.feed(chunk);
         let pending = parser.pending();
-        self.requests.marks().add(parser.found(), pending);
+        self.shared.marks().add(parser.found(), pending);
     }
 
     /// The early data has ended (call before handing on any later byte): a request whose
@@ -229,12 +244,14 @@ impl EarlyCounter {
             return;
         }
         self.parser = None;
-        self.requests.marks().end();
+        self.shared.marks().end();
     }
 
     /// The requests to mark, shared with every clone.
     pub(crate) fn requests(&self) -> EarlyRequests {
-        self.requests.clone()
+        EarlyRequests {
+            shared: Some(self.shared.clone()),
+        }
     }
 
     /// Early bytes fed so far.
@@ -327,6 +344,9 @@ impl<IO> EarlyDataStream<IO> {
 /// The requests that began in `early`, all of the early data: HTTP/2 HEADERS frames opening a
 /// stream, keyed by their header blocks.
 fn early_requests(early: &[u8]) -> EarlyRequests {
+    if early.is_empty() {
+        return EarlyRequests::none();
+    }
     let mut counter = EarlyCounter::default();
     counter.feed(early);
     counter.end();

@@ -141,14 +141,6 @@ pub(super) struct Marks {
 }
 
 impl Marks {
-    /// No request is early.
-    pub(super) fn none() -> Self {
-        Marks {
-            ended: true,
-            ..Marks::default()
-        }
-    }
-
     /// The next `n` requests are early, by count.
     #[cfg(test)]
     pub(super) fn counted(n: usize) -> Self {

@@ -271,7 +271,8 @@ fn keys_are_bounded() {
     let marks = early_requests(&early);
     assert_eq!(marks.remaining(), MAX_KEYS + 3);
     assert_eq!(marks.fallbacks(), 3);
-    assert!(marks.marks().keys.len() <= MAX_KEYS);
+    let kept = marks.marks().map_or(0, |m| m.keys.len());
+    assert!(kept > 0 && kept <= MAX_KEYS, "{kept} keys kept");
 }
 
 #[test]
@@ -371,4 +372,14 @@ async fn a_request_from_hyper_has_the_key_of_its_block() {
         "{got:?}"
     );
     assert_eq!(marks.fallbacks(), 0);
+}
+
+#[test]
+fn a_connection_without_early_data_shares_nothing() {
+    let none = early_requests(&[]);
+    assert!(none.shared.is_none());
+    let mut request = http::Request::new(());
+    assert!(!none.mark(&mut request));
+    assert_eq!(none.remaining(), 0);
+    assert!(early_requests(&preface()).shared.is_some());
 }
