@@ -104,7 +104,27 @@ fn cost_per_byte(urgency: u8) -> u128 {
 /// the bodies themselves.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct BodyGate {
-    shares: Arc<Mutex<Shares>>,
+    /// Made at the first use and given back at the connection's idle points while no body
+    /// is live and no stream waits for one (see [`BodyGate::release_idle`]): an idle
+    /// connection keeps 32 bytes for its gate instead of 256.
+    shares: Arc<Mutex<Option<Box<Shares>>>>,
+}
+
+/// The gate's state, locked (and made, if it was given back).
+struct Locked<'a>(MutexGuard<'a, Option<Box<Shares>>>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Shares;
+
+    fn deref(&self) -> &Shares {
+        self.0.as_deref().expect("BodyGate::lock makes the shares")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Shares {
+        self.0.get_or_insert_with(Box::default)
+    }
 }
 
 /// The fair-queueing state of one connection's live bodies.
@@ -242,12 +262,28 @@ impl Verdict {
 }
 
 impl BodyGate {
-    fn lock(&self) -> MutexGuard<'_, Shares> {
+    fn lock(&self) -> Locked<'_> {
+        let mut shares = self.lock_given_back();
+        shares.get_or_insert_with(Box::default);
+        Locked(shares)
+    }
+
+    fn lock_given_back(&self) -> MutexGuard<'_, Option<Box<Shares>>> {
         // A panic while holding the lock leaves consistent tags (every update is a few
         // assignments): keep serving rather than poisoning the connection.
         self.shares
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// At an idle point of the connection: gives the gate's state back if no body is live,
+    /// no stream waits for its body and h2's writes are taken (a new body starts from
+    /// fresh tags, as the first one did).
+    pub(crate) fn release_idle(&self) {
+        let mut shares = self.lock_given_back();
+        if shares.as_deref().is_some_and(Shares::is_idle) {
+            *shares = None;
+        }
     }
 
     /// The wrapper refuses h2's writes (its queue is full): h2 polls no body until it
@@ -458,6 +494,14 @@ impl Ticket {
 }
 
 impl Shares {
+    /// Nothing to keep: no live body, no stream waiting for one, h2's writes taken.
+    fn is_idle(&self) -> bool {
+        self.bodies.is_empty()
+            && self.by_stream.is_empty()
+            && self.streams.is_empty()
+            && self.h2_writes == H2Writes::Taken
+    }
+
     fn insert(
         &mut self,
         urgency: u8,
@@ -542,7 +586,7 @@ enum Level {
 
 /// Wakes the held bodies that `level` says a change of a body of `urgency` concerns (the
 /// only ones it can hold), after releasing the lock.
-fn wake_held(mut shares: MutexGuard<'_, Shares>, urgency: u8, level: Level) {
+fn wake_held(mut shares: Locked<'_>, urgency: u8, level: Level) {
     let wakers: Vec<Waker> = shares
         .bodies
         .values_mut()
@@ -686,6 +730,32 @@ mod tests {
         gate.client_updated(7, raised);
         // Still u=6 against the sibling's u=5: half its share (at u=0 it would take all).
         assert_eq!(race(&second, &pinned_body, 4), (4, 2));
+    }
+
+    #[test]
+    fn an_idle_gate_gives_its_state_back_and_makes_it_again_when_used() {
+        let gate = BodyGate::default();
+        let made = |gate: &BodyGate| gate.lock_given_back().is_some();
+        assert!(!made(&gate), "nothing is made before the first use");
+        let bulk = Priority::parse("u=5");
+        gate.stream_opened(1, bulk, None);
+        let stream = gate.claim_stream(bulk);
+        gate.release_idle();
+        assert!(made(&gate), "a stream waits for its body");
+        let body = gate.register_response(stream, bulk, PriorityParams::default(), length(10));
+        gate.stream_closed(1);
+        gate.release_idle();
+        assert!(made(&gate), "a body is live");
+        gate.writes_refused();
+        drop(body);
+        gate.release_idle();
+        assert!(made(&gate), "h2's writes are refused");
+        gate.writes_taken(Instant::now());
+        gate.release_idle();
+        assert!(!made(&gate), "nothing left to keep");
+        // Made again: bodies are held as before.
+        let (urgent, bulk) = (gate.register(1, length(100)), gate.register(5, length(100)));
+        assert_eq!(race(&urgent, &bulk, 10), (10, 0));
     }
 
     #[test]

@@ -597,7 +597,8 @@ impl StreamPriorities {
     }
 
     /// With no stream open (an idle connection): gives back the memory the table grew to
-    /// while streams were open. Updates for streams not open yet are kept.
+    /// while streams were open, and the body gate's state if it has nothing to keep.
+    /// Updates for streams not open yet are kept.
     pub(crate) fn release_idle(&mut self) {
         if !self.open.is_empty() {
             return;
@@ -612,6 +613,10 @@ impl StreamPriorities {
         }
         if self.changes.ids.is_empty() {
             self.changes.ids.shrink_to_fit();
+        }
+        #[cfg(feature = "serve")]
+        if let Some(gate) = &self.gate {
+            gate.release_idle();
         }
     }
 

@@ -92,6 +92,11 @@ impl Streams {
     pub(super) fn closed(&mut self, stream: u32) {
         self.claimed.remove(&stream);
     }
+
+    /// No stream waits for its body.
+    pub(super) fn is_empty(&self) -> bool {
+        self.unclaimed.is_empty() && self.claimed.is_empty()
+    }
 }
 
 #[cfg(test)]
