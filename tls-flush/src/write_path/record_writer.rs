@@ -142,9 +142,9 @@ pub(super) struct RecordWriter {
     /// more urgent responses to share it (see [`Filled::UrgentShort`]): only units of
     /// urgent streams may join it, and anything else is cut off.
     urgent_end: bool,
-    /// Turns of the task scheduler the record being built has waited so far as
-    /// [`Filled::UrgentShort`] (at most [`UNPACED_URGENT_TURNS`]).
-    urgent_turns: u8,
+    /// Times the record being built has waited (a turn of the task scheduler, or the first
+    /// flight's timer): at most [`UNPACED_URGENT_TURNS`] in all.
+    turns_waited: u8,
     downstream: Downstream,
 }
 
@@ -178,7 +178,7 @@ impl Default for RecordWriter {
             first_flight: FirstFlight::Open,
             data_begun: false,
             urgent_end: false,
-            urgent_turns: 0,
+            turns_waited: 0,
             downstream: Downstream::Taking,
         }
     }
@@ -230,7 +230,7 @@ impl RecordWriter {
     fn seal(&mut self, cut: bool) {
         self.state = State::Writing { written: 0, cut };
         self.urgent_end = false;
-        self.urgent_turns = 0;
+        self.turns_waited = 0;
     }
 
     /// The record was written whole: account it and start the next. `timed`: the idle
@@ -275,8 +275,9 @@ impl RecordWriter {
         self.pace_timer.cancel();
     }
 
-    /// The record being built has had its one wait.
+    /// The record being built waits (once more).
     fn mark_waited(&mut self) {
+        self.turns_waited = self.turns_waited.saturating_add(1);
         if let State::Building { urgent, .. } = self.state {
             self.state = State::Building {
                 urgent,
@@ -398,9 +399,8 @@ impl WritePath {
                     // h2 flushes after its batch.
                     Drive::Write => return Poll::Ready(Ok(())),
                     Drive::Flush
-                        if config.cork && self.writer.urgent_turns < UNPACED_URGENT_TURNS =>
+                        if config.cork && self.writer.turns_waited < UNPACED_URGENT_TURNS =>
                     {
-                        self.writer.urgent_turns += 1;
                         self.writer.mark_waited();
                         cx.waker().wake_by_ref();
                         return Pin::new(&mut *io).poll_flush(cx);
