@@ -66,7 +66,9 @@ where
         let ticket = this.claim.take().map(|claim| {
             let pinned = PriorityParams::from_headers(response.headers());
             let length = body_length(&response);
-            (claim.gate).register_response(claim.stream, claim.requested, pinned, length)
+            claim
+                .gate
+                .register_response(claim.stream, claim.requested, pinned, length)
         });
         Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket))))
     }
