@@ -136,8 +136,18 @@ fn urgent_responses_of_successive_h2_batches_share_a_write_on_an_unpaced_path() 
             assert_eq!(w.flushed, w.accepted.len(), "min RTT {min_rtt:?}");
         }
         // h2's next batch, in a turn the record waited for; then the turns it may still
-        // wait (the flush woke the task for each).
+        // wait, each a flush that woke the task: four turns in all (the first above), so
+        // the fourth flush from here writes it.
         h.write_all(&response(3)).unwrap();
+        let mut flushes = 0;
+        while h.wire.borrow().accepted.len() < settings + 2 * one {
+            assert!(
+                flushes < 4,
+                "min RTT {min_rtt:?}: still waiting after {flushes} flushes"
+            );
+            h.flush().unwrap();
+            flushes += 1;
+        }
         h.settle().unwrap();
         let w = h.wire.borrow();
         assert_eq!(w.accepted.len(), settings + 2 * one, "min RTT {min_rtt:?}");
