@@ -97,7 +97,7 @@ pub use memory_budget::{MemoryBudget, BUDGET_FLOOR};
 pub use path::{CongestionControl, PathState, MIN_PACED_RTT};
 #[cfg(feature = "serve")]
 pub use serve::{
-    serve, serve_connection, serve_half_rtt_connection, HttpService, Serve,
+    serve, serve_connection, serve_half_rtt_connection, HttpService, Serve, StreamTasks,
     H2_MAX_CONCURRENT_STREAMS,
 };
 pub use stats::{ConnectionStats, RequestArrival, StatsSnapshot};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpStream;
@@ -18,8 +18,10 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, warn};
 
+use super::streams::WithStreams;
 use super::{
-    idle_for, shutdown_requested, ActivityClock, BoxError, HttpBuilders, HttpService, Tracked,
+    idle_for, shutdown_requested, ActivityClock, BoxError, HttpBuilders, HttpService,
+    StreamExecutor, Tracked,
 };
 use crate::accept::handshake_within;
 use crate::body_gate::{BodyGate, GatedBody, GatedFuture};
@@ -93,7 +95,7 @@ type Stack<S> = Marked<
 
 /// hyper's connection over the wrapper over `T`.
 type HyperConnection<'a, T, S> =
-    auto::Connection<'a, TokioIo<FlushStream<T>>, Stack<S>, TokioExecutor>;
+    auto::Connection<'a, TokioIo<FlushStream<T>>, Stack<S>, StreamExecutor>;
 
 /// A connection after its handshake, wrapped, in hyper's hands: what serving it needs.
 struct Opened<'a, S: HttpService> {
@@ -116,7 +118,7 @@ pub(super) async fn run_connection<S: HttpService>(
         stats,
         mut shutdown,
     } = open(start, builders).await?;
-    let mut conn = std::pin::pin!(conn);
+    let mut conn = std::pin::pin!(WithStreams::new(conn));
     let mut idle = std::pin::pin!(idle_for(&clock, idle_timeout));
     let mut shutting_down = false;
     let served = loop {
@@ -134,14 +136,14 @@ pub(super) async fn run_connection<S: HttpService>(
                     ));
                 }
                 debug!(timeout = ?idle_timeout, "idle; shutting down gracefully");
-                conn.as_mut().graceful_shutdown();
+                conn.as_mut().conn().graceful_shutdown();
                 shutting_down = true;
                 clock.touch();
                 idle.set(idle_for(&clock, idle_timeout));
             }
             () = shutdown_requested(&mut shutdown), if !shutting_down => {
                 debug!("server shutting down; shutting the connection down gracefully");
-                conn.as_mut().graceful_shutdown();
+                conn.as_mut().conn().graceful_shutdown();
                 shutting_down = true;
                 clock.touch();
                 idle.set(idle_for(&clock, idle_timeout));
@@ -282,7 +284,8 @@ where
 ///
 /// Why at hyper's level: the body gate claims streams in the order h2 accepted them, and
 /// hyper calls its service in that order; a tower service behind `TowerToHyperService` is
-/// only called once the request's task first runs, in whatever order the runtime runs the
+/// only called once the request's future is first polled, which with
+/// [`StreamTasks::Spawned`](crate::StreamTasks) is in whatever order the runtime runs their
 /// tasks. (The early mark matches each request by its key and needs no order, except for
 /// requests the early bytes could not key, which are marked by count.)
 #[derive(Debug, Clone)]

@@ -115,7 +115,10 @@ pub async fn start(
 /// - `/trickle`: [`TRICKLE_CHUNKS`] × [`TRICKLE_CHUNK`] pattern bytes, one chunk every
 ///   [`TRICKLE_EVERY`];
 /// - `/stats`: `bytes_written` of the connection's `ConnectionStats`, read from the
-///   request extensions.
+///   request extensions;
+/// - `/task`: the id of the tokio task the handler runs on, after a yield (so that the
+///   requests sent together are in their handlers at once);
+/// - `/panic`: a handler that panics.
 pub fn app() -> Router {
     Router::new()
         .route("/small", get(|| async { "ok" }))
@@ -142,6 +145,22 @@ pub fn app() -> Router {
             "/stats",
             get(|Extension(stats): Extension<ConnectionStats>| async move {
                 stats.snapshot().bytes_written.to_string()
+            }),
+        )
+        .route(
+            "/task",
+            get(|| async {
+                tokio::task::yield_now().await;
+                tokio::task::try_id().map_or_else(|| "none".to_owned(), |id| id.to_string())
+            }),
+        )
+        .route(
+            "/panic",
+            get(|| async {
+                if std::hint::black_box(true) {
+                    panic!("a handler's bug");
+                }
+                "unreachable"
             }),
         )
 }
