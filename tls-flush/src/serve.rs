@@ -109,7 +109,7 @@ const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// (`http2_max_concurrent_streams`) and h2o do, and the minimum RFC 9113 §6.5.2 recommends
 /// (hyper's own default is 200). It bounds what a client makes the server read ahead: each
 /// open stream holds a request in h2 and a response of up to h2's per-stream send buffer
-/// (128 KiB; with body scheduling 16 KiB, 64 KiB to a nearby peer) waiting for the wrapper's queue, so a client that keeps opening
+/// (128 KiB; with body scheduling 16 KiB, 48 KiB to a nearby peer) waiting for the wrapper's queue, so a client that keeps opening
 /// streams while it does not read gets further ones refused (`RST_STREAM` with
 /// `REFUSED_STREAM`, which a client retries) instead of growing the server's backlog.
 pub const H2_MAX_CONCURRENT_STREAMS: u32 = 100;
@@ -161,9 +161,12 @@ pub(crate) const H2_SEND_BUFFER_SCHEDULED: usize = crate::body_gate::GATE_PIECE;
 
 /// The per-stream send buffer with body scheduling on a path the write budget does not pace
 /// (see [`H2_SEND_BUFFER_SCHEDULED`]): what a stalled reader there parks in h2 besides the
-/// wrapper's queue (1,000 stalled loopback downloads: 121 KiB of server RSS per connection
-/// against 92 with 16 KiB and 129 with 128; stock 65).
-pub(crate) const H2_SEND_BUFFER_UNPACED: usize = 64 * 1024;
+/// wrapper's queue. With each request's future on its connection's task
+/// ([`StreamTasks::Connection`]), 3 alternating rounds on loopback (`SCALE_ROWS=bulk,stalled
+/// scripts/scale.sh 3`): 48 KiB gave bulk 1 MiB bodies 1.26x stock's MB/s and 1,000 stalled
+/// downloads 99.6 KiB of server RSS per connection (stock 64.4); 64 KiB 1.31x and 128.3
+/// KiB (1.97-2.01x stock's, where spawned tasks had 121); 32 KiB 0.99x and 87.7 KiB.
+pub(crate) const H2_SEND_BUFFER_UNPACED: usize = 48 * 1024;
 
 /// hyper's server builders for a connection's path (see [`H2_SEND_BUFFER_SCHEDULED`]): one
 /// for a path the write budget paces, one for a nearby peer.
@@ -571,9 +574,9 @@ impl<S> Serve<S> {
     /// On its connection's task, the responses that requests read together make ready
     /// reach the wrapper, and the wire, in the same turn, and the connection costs the
     /// runtime no task per request: h2load `-c 1000 -m 10` on loopback (4 KiB urgent
-    /// responses, 2 cores) answered 1.16x the requests per second with a 0.73x mean time
-    /// per request against spawned tasks, whose responses reached the wrapper as the
-    /// runtime got to each request's task. [`StreamTasks::Spawned`] spreads one
+    /// responses, 2 cores, two alternating runs) got 1.16-1.18x the requests per second
+    /// and 0.71-0.73x the mean time per request of spawned tasks, whose responses reached
+    /// the wrapper as the runtime got to each request's task. [`StreamTasks::Spawned`] spreads one
     /// connection's streams over the runtime's worker threads, for services whose
     /// handlers compute on the async threads and whose clients send many requests on one
     /// connection.

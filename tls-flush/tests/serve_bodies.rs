@@ -236,7 +236,7 @@ async fn an_urgent_response_overtakes_a_download_at_its_source() {
     // (measured 2.0-3.5 MiB; exactly half the urgent response on a busy CI machine).
     assert!(stock >= URGENT / 4, "stock interleaved only {stock} bytes");
     // What h2 had buffered for the download when the urgent response began (hyper's
-    // per-stream send buffer under `serve` to this loopback peer, 64 KiB, and a chunk) and
+    // per-stream send buffer under `serve` to this loopback peer, 48 KiB, and a chunk) and
     // when it ended; the download's sixteenth-per-level share is nothing at u=1 against u=5.
     // Measured 48-64 KiB; stock 2.3-3.5 MiB, the wrapper without body scheduling 3.7-6.5 MiB.
     assert!(
