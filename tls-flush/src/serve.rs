@@ -576,10 +576,10 @@ impl<S> Serve<S> {
     /// runtime no task per request: h2load `-c 1000 -m 10` on loopback (4 KiB urgent
     /// responses, 2 cores, two alternating runs) got 1.16-1.18x the requests per second
     /// and 0.71-0.73x the mean time per request of spawned tasks, whose responses reached
-    /// the wrapper as the runtime got to each request's task. [`StreamTasks::Spawned`] spreads one
-    /// connection's streams over the runtime's worker threads, for services whose
-    /// handlers compute on the async threads and whose clients send many requests on one
-    /// connection.
+    /// the wrapper as the runtime got to each request's task. [`StreamTasks::Spawned`]
+    /// spreads one connection's streams over the runtime's worker threads, for services
+    /// whose handlers compute on the async threads and whose clients send many requests
+    /// on one connection.
     ///
     /// ```no_run
     /// # async fn run(listener: tokio::net::TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> std::io::Result<()> {

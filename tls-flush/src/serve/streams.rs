@@ -146,10 +146,21 @@ impl<C: Future> Future for WithStreams<C> {
     }
 }
 
-/// Runs `poll` with this thread's collection on, and returns what it executed.
+/// Runs `poll` with this thread's collection on, and returns what it executed. The
+/// collection before it is restored even if `poll` unwinds, so that a later execute on
+/// this thread never lands in a collection nobody polls.
 fn collecting<T>(poll: impl FnOnce() -> T) -> (T, Vec<StreamFuture>) {
-    let outer = COLLECTED.with(|c| c.replace(Some(Vec::new())));
+    struct Restore(Option<Option<Vec<StreamFuture>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(outer) = self.0.take() {
+                COLLECTED.with(|c| c.replace(outer));
+            }
+        }
+    }
+    let mut restore = Restore(Some(COLLECTED.with(|c| c.replace(Some(Vec::new())))));
     let polled = poll();
+    let outer = restore.0.take().unwrap_or_default();
     let executed = COLLECTED.with(|c| c.replace(outer)).unwrap_or_default();
     (polled, executed)
 }
@@ -174,4 +185,36 @@ fn contained<F: Future<Output = ()> + Send + 'static>(fut: F) -> StreamFuture {
             tracing::warn!("tls-flush: a stream's service or body panicked; its stream is reset");
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_poll_that_unwinds_leaves_no_collection_behind() {
+        let unwound = std::panic::catch_unwind(|| collecting(|| panic!("hyper's bug")));
+        assert!(unwound.is_err());
+        assert!(COLLECTED.with(|c| c.borrow().is_none()));
+    }
+
+    #[test]
+    fn what_a_poll_executes_is_collected_and_nothing_after() {
+        let exec = StreamExecutor {
+            tasks: StreamTasks::Connection,
+        };
+        let ((), executed) = collecting(|| {
+            hyper::rt::Executor::execute(&exec, async {});
+            hyper::rt::Executor::execute(&exec, async {});
+        });
+        assert_eq!(executed.len(), 2);
+        assert!(COLLECTED.with(|c| c.borrow().is_none()));
+        // Nested: the inner poll's futures are its own, and the outer collection is back.
+        let ((), outer) = collecting(|| {
+            let ((), inner) = collecting(|| hyper::rt::Executor::execute(&exec, async {}));
+            assert_eq!(inner.len(), 1);
+            hyper::rt::Executor::execute(&exec, async {});
+        });
+        assert_eq!(outer.len(), 1);
+    }
 }
