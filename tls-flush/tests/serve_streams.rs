@@ -7,7 +7,7 @@ mod serve_support;
 
 use std::collections::BTreeSet;
 
-use http::{Request, StatusCode};
+use http::StatusCode;
 use serve_support::*;
 use tls_flush::StreamTasks;
 
@@ -16,20 +16,13 @@ use tls_flush::StreamTasks;
 async fn task_ids(c: &mut H2Client, n: usize) -> Vec<String> {
     let mut pending = Vec::new();
     for _ in 0..n {
-        let mut send = within("h2 ready", c.send.clone().ready())
-            .await
-            .expect("h2 ready");
-        let req = Request::get("https://localhost/task").body(()).unwrap();
-        let (res, _) = send.send_request(req, true).expect("send_request");
-        pending.push(res);
+        pending.push(c.send("/task").await);
     }
     let mut ids = Vec::new();
     for res in pending {
         let res = within("h2 response", res).await.expect("h2 response");
         assert_eq!(res.status(), StatusCode::OK);
-        let mut body = res.into_body();
-        let body = within("h2 body", read_all(&mut body, usize::MAX)).await;
-        ids.push(String::from_utf8(body).expect("utf-8"));
+        ids.push(String::from_utf8(body_of(res).await).expect("utf-8"));
     }
     ids
 }
@@ -75,22 +68,13 @@ async fn a_panicking_handler_ends_only_its_stream() {
         let mut server = start(|s| s.stream_tasks(tasks)).await;
         let mut c = h2_connect(server.addr, server.client.clone(), None).await;
         // Another request in flight on the same connection while the handler panics.
-        let mut send = within("h2 ready", c.send.clone().ready())
-            .await
-            .expect("h2 ready");
-        let trickle = Request::get("https://localhost/trickle").body(()).unwrap();
-        let (trickle, _) = send.send_request(trickle, true).expect("send_request");
-        let mut send = within("h2 ready", c.send.clone().ready())
-            .await
-            .expect("h2 ready");
-        let req = Request::get("https://localhost/panic").body(()).unwrap();
-        let (res, _) = send.send_request(req, true).expect("send_request");
+        let trickle = c.send("/trickle").await;
+        let res = c.send("/panic").await;
         let outcome = within("the panicking request's end", res).await;
         let err = outcome.expect_err("a panicking handler cannot answer");
         assert!(err.is_reset(), "{tasks:?}: {err:?}");
         let trickle = within("trickle", trickle).await.expect("trickle response");
-        let mut body = trickle.into_body();
-        let body = within("trickle body", read_all(&mut body, usize::MAX)).await;
+        let body = body_of(trickle).await;
         assert_pattern(
             &body,
             TRICKLE_CHUNKS * TRICKLE_CHUNK,

@@ -199,16 +199,21 @@ pub async fn h2_over(tcp: TcpStream, client: Arc<ClientConfig>, window: Option<u
 }
 
 impl H2Client {
-    /// Sends `GET path`; the response head, body not read.
-    pub async fn request(&mut self, path: &str) -> http::Response<h2::RecvStream> {
-        let send = within("h2 ready", self.send.clone().ready())
+    /// Sends `GET path` once the connection can take a stream; the response, still to come.
+    pub async fn send(&mut self, path: &str) -> h2::client::ResponseFuture {
+        let mut send = within("h2 ready", self.send.clone().ready())
             .await
             .expect("h2 ready");
-        let mut send = send;
         let req = Request::get(format!("https://localhost{path}"))
             .body(())
             .unwrap();
         let (res, _) = send.send_request(req, true).expect("send_request");
+        res
+    }
+
+    /// Sends `GET path`; the response head, body not read.
+    pub async fn request(&mut self, path: &str) -> http::Response<h2::RecvStream> {
+        let res = self.send(path).await;
         within("h2 response", res).await.expect("h2 response")
     }
 
@@ -216,10 +221,14 @@ impl H2Client {
     pub async fn get(&mut self, path: &str) -> (StatusCode, Vec<u8>) {
         let res = self.request(path).await;
         let status = res.status();
-        let mut body = res.into_body();
-        let body = within("h2 body", read_all(&mut body, usize::MAX)).await;
-        (status, body)
+        (status, body_of(res).await)
     }
+}
+
+/// The whole body of `res`, read within the test bound.
+pub async fn body_of(res: http::Response<h2::RecvStream>) -> Vec<u8> {
+    let mut body = res.into_body();
+    within("h2 body", read_all(&mut body, usize::MAX)).await
 }
 
 /// Asserts that `body` is exactly the first `len` pattern bytes, naming the first wrong
