@@ -75,6 +75,7 @@ impl<IO> HalfRttStream<IO> {
     /// path, until [`release_early_data`](Self::release_early_data): for a stream handed to
     /// a service that may not mark early requests nor apply the 425 rule (the listener's
     /// connections before the app is known to be wrapped).
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn hold_early_data(&self) {
         self.early_held.store(true, Ordering::Release);
     }
@@ -82,6 +83,7 @@ impl<IO> HalfRttStream<IO> {
     /// Early data may be read at once (0.5-RTT): whoever calls this marks the requests
     /// that [`early_requests`](Self::early_requests) counts. A read already waiting for the
     /// client's Finished is not woken: its requests are served once the Finished arrives.
+    #[cfg_attr(not(feature = "axum"), allow(dead_code))]
     pub(crate) fn release_early_data(&self) {
         self.early_held.store(false, Ordering::Release);
     }
