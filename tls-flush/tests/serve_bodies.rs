@@ -218,9 +218,27 @@ async fn download_bytes_amid(server: Server, len: usize, priority: &str) -> usiz
         .sum()
 }
 
+/// Stock's interleaving for the control, the most of up to [`CONTROL_TRIES`] tries: whether
+/// h2's turns fall inside the shorter response depends on when the runtime gets to the
+/// download's stream task, and on a loaded CI machine one try in a few hundred saw the whole
+/// response pass before the download resumed (0 bytes).
+async fn stock_control(len: usize, priority: &str) -> usize {
+    let mut most = 0;
+    for _ in 0..CONTROL_TRIES {
+        most = most.max(download_bytes_amid(Server::Stock, len, priority).await);
+        if most >= len / 4 {
+            break;
+        }
+    }
+    most
+}
+
+/// Tries of the stock control before it counts as not interleaving.
+const CONTROL_TRIES: usize = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_urgent_response_overtakes_a_download_at_its_source() {
-    let stock = download_bytes_amid(Server::Stock, URGENT, "u=1").await;
+    let stock = stock_control(URGENT, "u=1").await;
     let unscheduled = download_bytes_amid(
         Server::Ours(|| FlushConfig::default().schedule_bodies(false)),
         URGENT,
@@ -247,7 +265,7 @@ async fn an_urgent_response_overtakes_a_download_at_its_source() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shorter_response_of_the_same_urgency_overtakes_a_download_at_its_source() {
-    let stock = download_bytes_amid(Server::Stock, SHORTER, "u=5").await;
+    let stock = stock_control(SHORTER, "u=5").await;
     let scheduled = download_bytes_amid(Server::Ours(FlushConfig::default), SHORTER, "u=5").await;
     eprintln!(
         "download bytes amid the {SHORTER}-byte shorter response: stock {stock}, \
