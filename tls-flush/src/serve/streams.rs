@@ -150,18 +150,16 @@ impl<C: Future> Future for WithStreams<C> {
 /// collection before it is restored even if `poll` unwinds, so that a later execute on
 /// this thread never lands in a collection nobody polls.
 fn collecting<T>(poll: impl FnOnce() -> T) -> (T, Vec<StreamFuture>) {
-    struct Restore(Option<Option<Vec<StreamFuture>>>);
+    /// Puts the outer collection back when dropped, after a return or an unwind alike.
+    struct Restore(Option<Vec<StreamFuture>>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            if let Some(outer) = self.0.take() {
-                COLLECTED.with(|c| c.replace(outer));
-            }
+            COLLECTED.with(|c| c.replace(self.0.take()));
         }
     }
-    let mut restore = Restore(Some(COLLECTED.with(|c| c.replace(Some(Vec::new())))));
+    let _restore = Restore(COLLECTED.with(|c| c.replace(Some(Vec::new()))));
     let polled = poll();
-    let outer = restore.0.take().unwrap_or_default();
-    let executed = COLLECTED.with(|c| c.replace(outer)).unwrap_or_default();
+    let executed = COLLECTED.with(|c| c.take()).unwrap_or_default();
     (polled, executed)
 }
 
