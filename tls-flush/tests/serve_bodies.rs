@@ -226,7 +226,7 @@ async fn stock_control(len: usize, priority: &str) -> usize {
     let mut most = 0;
     for _ in 0..CONTROL_TRIES {
         most = most.max(download_bytes_amid(Server::Stock, len, priority).await);
-        if most >= len / 4 {
+        if most >= interleave_bound(len) {
             break;
         }
     }
@@ -235,6 +235,12 @@ async fn stock_control(len: usize, priority: &str) -> usize {
 
 /// Tries of the stock control before it counts as not interleaving.
 const CONTROL_TRIES: usize = 3;
+
+/// The download bytes amid a response of `len` bytes that count as interleaving: stock
+/// reaches it (h2 takes the two streams in turns), the scheduled server stays below it.
+fn interleave_bound(len: usize) -> usize {
+    len / 4
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_urgent_response_overtakes_a_download_at_its_source() {
@@ -252,13 +258,16 @@ async fn an_urgent_response_overtakes_a_download_at_its_source() {
     );
     // The control: h2's turns interleave the two bodies, so stock fails the bound below
     // (measured 2.0-3.5 MiB; exactly half the urgent response on a busy CI machine).
-    assert!(stock >= URGENT / 4, "stock interleaved only {stock} bytes");
+    assert!(
+        stock >= interleave_bound(URGENT),
+        "stock interleaved only {stock} bytes"
+    );
     // What h2 had buffered for the download when the urgent response began (hyper's
     // per-stream send buffer under `serve` to this loopback peer, 48 KiB, and a chunk) and
     // when it ended; the download's sixteenth-per-level share is nothing at u=1 against u=5.
     // Measured 48-64 KiB; stock 2.3-3.5 MiB, the wrapper without body scheduling 3.7-6.5 MiB.
     assert!(
-        scheduled < URGENT / 4,
+        scheduled < interleave_bound(URGENT),
         "scheduled interleaved {scheduled} bytes"
     );
 }
@@ -271,10 +280,13 @@ async fn a_shorter_response_of_the_same_urgency_overtakes_a_download_at_its_sour
         "download bytes amid the {SHORTER}-byte shorter response: stock {stock}, \
          scheduled {scheduled}"
     );
-    assert!(stock >= SHORTER / 4, "stock interleaved only {stock} bytes");
+    assert!(
+        stock >= interleave_bound(SHORTER),
+        "stock interleaved only {stock} bytes"
+    );
     // The download's sixteenth of the level (64 KiB) and what h2 had buffered for it.
     assert!(
-        scheduled < SHORTER / 4,
+        scheduled < interleave_bound(SHORTER),
         "scheduled interleaved {scheduled} bytes"
     );
 }
