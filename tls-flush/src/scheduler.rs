@@ -229,7 +229,12 @@ impl Epoch {
         let Some(front) = q.frames.front() else {
             return;
         };
-        q.head = if front.is_data() {
+        // A response's end with no bytes (an empty DATA frame with END_STREAM, which hyper
+        // sends after a body whose end it learns one read late) goes with the control
+        // frames: nothing of its stream is queued before it, and the client waits for
+        // its nine bytes to finish the response. Sorted as DATA it could wait behind a
+        // less urgent download the write budget was holding back.
+        q.head = if front.carries_data() {
             let level = level(q.priority);
             if q.priority.incremental {
                 let key = incremental_key(level, front.seq);
