@@ -63,14 +63,14 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let response = ready!(this.inner.poll(cx))?;
+        let length = body_length(&response);
         let ticket = this.claim.take().map(|claim| {
             let pinned = PriorityParams::from_headers(response.headers());
-            let length = body_length(&response);
             claim
                 .gate
                 .register_response(claim.stream, claim.requested, pinned, length)
         });
-        Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket))))
+        Poll::Ready(Ok(response.map(|body| GatedBody::new(body, ticket, length))))
     }
 }
 
