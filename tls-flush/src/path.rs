@@ -425,6 +425,11 @@ impl WriteBudget {
         })
     }
 
+    /// The smallest bulk record worth writing: one segment's payload (at least a byte).
+    pub(crate) fn smallest_record(s: &PathState) -> usize {
+        (s.mss as usize).saturating_sub(RECORD_OVERHEAD).max(1)
+    }
+
     /// The allowance for the next record: `target` is the record size the writer aims at,
     /// `available` what is queued for it. An `urgent` record (it starts with anything but
     /// bulk DATA) never waits: what is ahead of it in the kernel leaves first anyway, and

@@ -45,7 +45,7 @@ use super::split;
 use super::{H2Batch, WritePath};
 use crate::config::{FlushConfig, RecordSizing};
 use crate::frame;
-use crate::path::WriteBudget;
+use crate::path::{PathState, WriteBudget};
 use crate::priorities::StreamPriorities;
 use crate::scheduler::{Popped, QueuedFrame};
 use crate::timer::Timer;
@@ -129,6 +129,16 @@ pub(super) struct RecordWriter {
     budget: WriteBudget,
     /// The next record's size as the write budget allows (`None`: the record target).
     record_cap: Option<usize>,
+    /// Bulk DATA bytes the record may still take after the units it starts with, where it
+    /// starts with anything but bulk DATA (`None`: no limit but the record's; see
+    /// [`WritePath::bulk_room_left`]).
+    bulk_room: Option<usize>,
+    /// The path as the write budget saw it before a record that starts with anything but
+    /// bulk DATA (`None` otherwise): bulk DATA joining it asks the budget then.
+    urgent_record_path: Option<PathState>,
+    /// When the connection's first round trip of bulk DATA ends (set by its first bulk
+    /// record; see [`OPENING_ROOM`](pacing::OPENING_ROOM)).
+    opening_ends: Option<Instant>,
     /// Full records the next write holds: more than one only on an unpaced path, when no
     /// stream more urgent than the bulk DATA it starts with is open (see [`UNPACED_WRITE_RECORDS`]).
     write_records: usize,
@@ -172,6 +182,9 @@ impl Default for RecordWriter {
             last_write: None,
             budget: WriteBudget::default(),
             record_cap: None,
+            bulk_room: None,
+            urgent_record_path: None,
+            opening_ends: None,
             write_records: 1,
             paced_until: None,
             pace_timer: Timer::default(),
@@ -185,6 +198,16 @@ impl Default for RecordWriter {
 }
 
 impl RecordWriter {
+    /// Bytes of the record being filled.
+    pub(super) fn chunk_record_len(&self) -> usize {
+        self.chunk.record_len()
+    }
+
+    /// True while no byte is in the record being built.
+    pub(super) fn chunk_is_empty(&self) -> bool {
+        self.chunk.is_empty()
+    }
+
     /// Bytes of the chunk not yet with the transport.
     pub(super) fn unwritten(&self) -> usize {
         match self.state {
@@ -316,6 +339,13 @@ enum Filled {
     /// An urgent DATA frame is next: the record ends before it, so that the urgent frame
     /// starts a record of its own and does not wait for a less urgent record's tail.
     BeforeUrgent,
+    /// Less urgent DATA is next, after DATA of a response whose end is still to come: the
+    /// record ends, and the less urgent DATA asks the write budget for a record of its
+    /// own, which keeps window room for that end (see [`WritePath::ends_before_less_urgent`]).
+    BeforeLessUrgent,
+    /// Bulk DATA is next, after the record's first units, and the write budget allows it
+    /// nothing now: the record ends without it (it must not wait for it as a short one).
+    BulkWaits,
     /// Less urgent DATA is next and held for an urgent response.
     Held,
     /// An urgent response ended the chunk on an unpaced path and nothing is queued: the
@@ -394,7 +424,9 @@ impl WritePath {
                     return Poll::Ready(Ok(()));
                 }
                 Filled::Cut => self.seal_cut(),
-                Filled::BeforeUrgent => self.writer.seal(false),
+                Filled::BeforeUrgent | Filled::BeforeLessUrgent | Filled::BulkWaits => {
+                    self.writer.seal(false)
+                }
                 Filled::UrgentShort => match mode {
                     // h2 flushes after its batch.
                     Drive::Write => return Poll::Ready(Ok(())),
@@ -631,6 +663,16 @@ impl WritePath {
                     }
                 }
             };
+            // Bulk DATA after a record's first units (a download's HEADERS) takes only
+            // what the write budget allows bulk now: the HEADERS' allowance is not the bulk's.
+            let target = match self.bulk_room_left(&frame, class, config, priorities) {
+                Some(0) => {
+                    self.put_back(frame, at, class, priorities);
+                    return ends(cut_after_batch, Filled::BulkWaits);
+                }
+                Some(room) => target.min(self.writer.chunk.record_len() + room),
+                None => target,
+            };
             if at == 0 && class != UnitClass::Urgent && self.splits_at_record_end() {
                 let room = target - self.writer.chunk.record_len();
                 if frame.bytes.len() > room && split::is_splittable(&frame) {
@@ -677,6 +719,9 @@ impl WritePath {
             }
             let len = frame.bytes.len();
             let n = (target - w.chunk.record_len()).min(len - at);
+            if class == UnitClass::Bulk {
+                w.bulk_room = w.bulk_room.map(|room| room.saturating_sub(n));
+            }
             if at + n < len {
                 w.chunk.push(frame.bytes.slice(at..at + n));
                 w.current = Some((frame, at + n, class));
@@ -697,6 +742,8 @@ impl WritePath {
                     return short;
                 }
                 cut_after_batch = true;
+            } else if self.ends_before_less_urgent(priorities, &frame) {
+                return ends(cut_after_batch, Filled::BeforeLessUrgent);
             }
         }
         ends(cut_after_batch, Filled::AsFarAsPossible)
@@ -805,7 +852,7 @@ impl WritePath {
     /// True when DATA that does not fit the record is split where it ends: the write budget
     /// sized the record on a paced path. Elsewhere records are full or wide, and nothing
     /// waits behind a frame's rest for long.
-    fn splits_at_record_end(&self) -> bool {
+    pub(super) fn splits_at_record_end(&self) -> bool {
         self.writer.record_cap.is_some() && !self.writer.budget.is_unpaced()
     }
 

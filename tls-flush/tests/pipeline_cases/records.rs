@@ -450,3 +450,54 @@ fn a_response_end_does_not_wait_for_the_window() {
     }
     delivered(&mut h, &input);
 }
+
+/// In a connection's first round trip of bulk a download leaves room in the window for a
+/// more urgent answer asked for just after it (a browser asks for a page's resources in
+/// bursts as it parses): the answer leaves whole while nothing is acknowledged, where
+/// the download's first flight would otherwise have filled the window and left the
+/// answer a round trip for ACKs. `early-flush` (no write budget, as stock) writes the whole
+/// download first.
+#[test]
+fn a_first_download_leaves_room_for_an_answer_asked_for_after_it() {
+    let requests = [(1, Some("u=3, i")), (3, Some("u=1"))];
+    let mut input = vec![settings_frame(0, &[]), response_headers(1)];
+    input.extend((0..4).map(|i| data(1, i, 16384, false)));
+    let answer = [response_headers(3), data(3, 0, 4096, true)];
+    let window = 10;
+    for policy in [Policy::Scheduled, Policy::EarlyFlush] {
+        let mut w = recording_wire(Buffering::Off, &requests);
+        w.path = Some(SimulatedPath::full_window(window));
+        let mut h = started(comparable_preset(policy).anticipate(None), w);
+        h.write_all(&encode_all(&input)).unwrap();
+        h.flush().unwrap();
+        h.write_all(&encode_all(&answer)).unwrap();
+        h.flush().unwrap();
+        let out = parse_frames(&h.output()).unwrap();
+        let download: usize = out
+            .iter()
+            .filter(|f| f.stream() == 1 && f.is_data())
+            .map(|f| f.payload.len())
+            .sum();
+        let answer_left = out
+            .iter()
+            .any(|f| f.stream() == 3 && f.is_data() && f.flags & END_STREAM != 0);
+        if policy == Policy::Scheduled {
+            assert!(answer_left, "the answer waited for the window: {out:?}");
+            assert!(
+                download < (window as usize - 3) * 1448,
+                "the download's first flight kept no room: {download} bytes"
+            );
+        } else {
+            assert!(
+                download >= 4 * 16384,
+                "early-flush writes the download whole"
+            );
+        }
+        if let Some(path) = h.wire.borrow_mut().path.as_mut() {
+            path.acked_per_read = 1 << 30;
+        }
+        let mut all = input.clone();
+        all.extend(answer.iter().cloned());
+        delivered(&mut h, &all);
+    }
+}
