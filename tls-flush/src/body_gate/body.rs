@@ -27,7 +27,7 @@ pub(crate) const GATE_PIECE: usize = 16_384;
 /// (tens of microseconds to 2 ms in the browser lab); where the congestion window had room
 /// for the answer's body only, its end waited a round trip for the next ACK (the browser
 /// lab's demo answer, 4 KiB: 45-50 ms instead of 27-30). As long as the first flight's
-/// wait ([`FIRST_FLIGHT_WAIT`](crate::write_path::FIRST_FLIGHT_WAIT)).
+/// wait (2 ms).
 const LAST_PIECE_WAIT: Duration = Duration::from_millis(2);
 
 pin_project! {
