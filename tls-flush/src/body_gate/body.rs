@@ -3,12 +3,11 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use std::time::Duration;
-
 use tokio::time::{Instant, Sleep};
 
 use super::{Ticket, Verdict};

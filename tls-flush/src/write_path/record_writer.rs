@@ -129,15 +129,11 @@ pub(super) struct RecordWriter {
     budget: WriteBudget,
     /// The next record's size as the write budget allows (`None`: the record target).
     record_cap: Option<usize>,
-    /// Bulk DATA bytes the record may still take after the units it starts with, where it
-    /// starts with anything but bulk DATA (`None`: no limit but the record's; see
+    /// What bulk DATA may join the record after the units it starts with (see
     /// [`WritePath::bulk_room_left`]).
-    bulk_room: Option<usize>,
-    /// The path as the write budget saw it before a record that starts with anything but
-    /// bulk DATA (`None` otherwise): bulk DATA joining it asks the budget then.
-    urgent_record_path: Option<PathState>,
-    /// When the connection's first round trip of bulk DATA ends (set by its first bulk
-    /// record; see [`OPENING_ROOM`](pacing::OPENING_ROOM)).
+    bulk_room: BulkRoom,
+    /// When the opening room ends (set by the connection's first bulk record; see
+    /// [`OPENING_ROOM`](pacing::OPENING_ROOM)).
     opening_ends: Option<Instant>,
     /// Full records the next write holds: more than one only on an unpaced path, when no
     /// stream more urgent than the bulk DATA it starts with is open (see [`UNPACED_WRITE_RECORDS`]).
@@ -156,6 +152,19 @@ pub(super) struct RecordWriter {
     /// flight's timer): at most [`UNPACED_URGENT_TURNS`] in all.
     turns_waited: u8,
     downstream: Downstream,
+}
+
+/// What bulk DATA may join a record after the units it starts with.
+#[derive(Debug, Clone, Copy)]
+enum BulkRoom {
+    /// No limit but the record's: it starts with bulk DATA, or the path is not paced, or
+    /// no room is kept for a more urgent response.
+    Unlimited,
+    /// It starts with anything but bulk DATA: the first bulk unit to join asks the write
+    /// budget, which looked at this path before the record.
+    Ask(PathState),
+    /// Bulk DATA bytes it may still take, as the budget allowed.
+    Left(usize),
 }
 
 /// Whether the transport took the last bytes the writer offered it.
@@ -182,8 +191,7 @@ impl Default for RecordWriter {
             last_write: None,
             budget: WriteBudget::default(),
             record_cap: None,
-            bulk_room: None,
-            urgent_record_path: None,
+            bulk_room: BulkRoom::Unlimited,
             opening_ends: None,
             write_records: 1,
             paced_until: None,
@@ -198,16 +206,6 @@ impl Default for RecordWriter {
 }
 
 impl RecordWriter {
-    /// Bytes of the record being filled.
-    pub(super) fn chunk_record_len(&self) -> usize {
-        self.chunk.record_len()
-    }
-
-    /// True while no byte is in the record being built.
-    pub(super) fn chunk_is_empty(&self) -> bool {
-        self.chunk.is_empty()
-    }
-
     /// Bytes of the chunk not yet with the transport.
     pub(super) fn unwritten(&self) -> usize {
         match self.state {
@@ -719,8 +717,8 @@ impl WritePath {
             }
             let len = frame.bytes.len();
             let n = (target - w.chunk.record_len()).min(len - at);
-            if class == UnitClass::Bulk {
-                w.bulk_room = w.bulk_room.map(|room| room.saturating_sub(n));
+            if let (UnitClass::Bulk, BulkRoom::Left(room)) = (class, &mut w.bulk_room) {
+                *room = room.saturating_sub(n);
             }
             if at + n < len {
                 w.chunk.push(frame.bytes.slice(at..at + n));
@@ -852,7 +850,7 @@ impl WritePath {
     /// True when DATA that does not fit the record is split where it ends: the write budget
     /// sized the record on a paced path. Elsewhere records are full or wide, and nothing
     /// waits behind a frame's rest for long.
-    pub(super) fn splits_at_record_end(&self) -> bool {
+    fn splits_at_record_end(&self) -> bool {
         self.writer.record_cap.is_some() && !self.writer.budget.is_unpaced()
     }
 

@@ -6,7 +6,7 @@
 use std::task::Context;
 use std::time::{Duration, Instant};
 
-use super::{Drive, UnitClass};
+use super::{BulkRoom, Drive, UnitClass};
 use crate::config::FlushConfig;
 use crate::path::{Allowance, CongestionControl, PathState, WriteBudget, UNPACED_WRITE_RECORDS};
 use crate::priorities::StreamPriorities;
@@ -39,8 +39,7 @@ impl WritePath {
             return false;
         }
         self.writer.record_cap = None;
-        self.writer.bulk_room = None;
-        self.writer.urgent_record_path = None;
+        self.writer.bulk_room = BulkRoom::Unlimited;
         self.writer.paced_until = None;
         if self.waits_for_wide_write(cx, config, priorities, mode) {
             return true;
@@ -62,7 +61,7 @@ impl WritePath {
         // a smaller one would leave TCP idle between timer ticks. `target` applies the
         // ramp on top of the cap.
         let target = config.record_target(u64::MAX);
-        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
+        let available = self.queued_to_write();
         let bulk = self.next_bulk_urgency(config, priorities);
         let urgent = bulk.is_none();
         let now = crate::clock::now();
@@ -72,7 +71,9 @@ impl WritePath {
         let allowance = self.ask_budget(&state, target, available, urgent, reserve, now);
         // A record that starts with anything but bulk DATA may go on with bulk DATA:
         // what the budget allows that DATA is asked when it joins (see `bulk_room_for`).
-        self.writer.urgent_record_path = urgent.then_some(state);
+        if urgent {
+            self.writer.bulk_room = BulkRoom::Ask(state);
+        }
         if self.writer.budget.take_pacing_request() {
             let result = io.enable_pacing();
             tracing::debug!(?result, "kernel pacing");
@@ -192,14 +193,20 @@ impl WritePath {
         if priorities.more_urgent_open(urgency) {
             return None;
         }
-        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
+        let available = self.queued_to_write();
         let record = config.record_target(self.writer.sent_since_idle);
         Some(available / record)
     }
 
+    /// Bytes queued for the next records: the scheduler's, and the rest of the unit being
+    /// copied into chunks.
+    fn queued_to_write(&self) -> usize {
+        self.scheduler.queued_bytes() + self.writer.current_remaining()
+    }
+
     /// The window room bulk DATA of `urgency` leaves free for more urgent responses under
-    /// way, and during the connection's first round trip of bulk for one yet to be asked
-    /// for (see [`OPENING_ROOM`]); none without reordering, or on an unpaced path.
+    /// way, and at the start of the connection's first bulk for one yet to be asked for
+    /// (see [`OPENING_ROOM`]); none without reordering, or on an unpaced path.
     fn room_for_more_urgent(
         &mut self,
         urgency: u8,
@@ -245,31 +252,31 @@ impl WritePath {
         allowance
     }
 
-    /// The bulk DATA bytes of `urgency` that may join a record begun with other units
-    /// (a download's HEADERS, a more urgent response's end): where room is kept for a more
-    /// urgent response, what the write budget allows a bulk record of that urgency, less
-    /// what the record holds already (the budget looked at the path before it). `None`:
-    /// no limit but the record's, as on an unpaced path, or where no room is kept (the
-    /// first DATA of the most urgent response open would otherwise wait a timer's round).
-    pub(super) fn bulk_room_for(
+    /// What bulk DATA of `urgency` may join a record begun with other units (a download's
+    /// HEADERS, a more urgent response's end), the budget having seen `state` before the
+    /// record: where room is kept for a more urgent response, what the write budget allows
+    /// a bulk record of that urgency, less what the record holds already; elsewhere no
+    /// limit but the record's, as on an unpaced path (the first DATA of the most urgent
+    /// response open would otherwise wait a timer's round).
+    fn bulk_room_for(
         &mut self,
+        state: &PathState,
         urgency: u8,
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
-    ) -> Option<usize> {
-        let state = self.writer.urgent_record_path?;
+    ) -> BulkRoom {
         let now = crate::clock::now();
-        let reserve = self.room_for_more_urgent(urgency, config, priorities, &state, now);
+        let reserve = self.room_for_more_urgent(urgency, config, priorities, state, now);
         if reserve == 0 {
-            return None;
+            return BulkRoom::Unlimited;
         }
         let target = config.record_target(u64::MAX);
-        let available = self.scheduler.queued_bytes() + self.writer.current_remaining();
-        let allowed = match self.ask_budget(&state, target, available, false, reserve, now) {
+        let available = self.queued_to_write();
+        let allowed = match self.ask_budget(state, target, available, false, reserve, now) {
             Allowance::Record(n) => n,
             Allowance::Wait(_) => 0,
         };
-        Some(allowed.saturating_sub(self.writer.chunk_record_len()))
+        BulkRoom::Left(allowed.saturating_sub(self.writer.chunk.record_len()))
     }
 
     /// The bulk DATA bytes the record may still take before `frame`, a unit of `class`,
@@ -283,16 +290,17 @@ impl WritePath {
         config: &FlushConfig,
         priorities: &mut StreamPriorities,
     ) -> Option<usize> {
-        if class != UnitClass::Bulk || self.writer.chunk_is_empty() {
+        if class != UnitClass::Bulk || self.writer.chunk.is_empty() {
             return None;
         }
-        if self.writer.bulk_room.is_none() && self.writer.urgent_record_path.is_some() {
+        if let BulkRoom::Ask(state) = self.writer.bulk_room {
             let urgency = priorities.effective(frame.header.stream_id).urgency;
-            self.writer.bulk_room = self.bulk_room_for(urgency, config, priorities);
-            // Asked once per record.
-            self.writer.urgent_record_path = None;
+            self.writer.bulk_room = self.bulk_room_for(&state, urgency, config, priorities);
         }
-        self.writer.bulk_room
+        match self.writer.bulk_room {
+            BulkRoom::Left(room) => Some(room),
+            BulkRoom::Unlimited | BulkRoom::Ask(_) => None,
+        }
     }
 
     /// Gives a unit back for a later record: a frame not begun to the scheduler, the rest
