@@ -147,6 +147,14 @@ impl Harness {
         }
     }
 
+    /// ACKs come back: a [`SimulatedPath`](crate::SimulatedPath), if the wire has one, acknowledges
+    /// whatever is in flight at each read of its state from now on.
+    pub fn acknowledge_everything(&mut self) {
+        if let Some(path) = self.wire.borrow_mut().path.as_mut() {
+            path.acked_per_read = 1 << 30;
+        }
+    }
+
     /// The same driver with another stall time.
     pub fn with_stall_time(mut self, time: Duration) -> Self {
         self.stall_time = time;
