@@ -732,6 +732,8 @@ impl WritePath {
             rest.advance(at);
             w.chunk.push(rest);
             let urgent = self.ends_record(config, priorities, &frame);
+            // Judged before the stream closes, while its urgency is still known.
+            let before_less_urgent = !urgent && self.ends_before_less_urgent(priorities, &frame);
             if frame.ends_stream {
                 priorities.close(frame.header.stream_id);
             }
@@ -740,7 +742,7 @@ impl WritePath {
                     return short;
                 }
                 cut_after_batch = true;
-            } else if self.ends_before_less_urgent(priorities, &frame) {
+            } else if before_less_urgent {
                 return ends(cut_after_batch, Filled::BeforeLessUrgent);
             }
         }

@@ -495,3 +495,54 @@ fn a_first_download_leaves_room_for_an_answer_asked_for_after_it() {
         delivered(&mut h, &all);
     }
 }
+
+/// On a paced path a response that ends ends its record before a less urgent stream's DATA:
+/// the client decrypts a record only once all of it has arrived, so a download's bytes
+/// after the answer's end would delay the answer by their wire time (in the browser lab the
+/// demo's `u=1` answer at the head of a 14 KiB record with a `u=3` download took 1-10 ms
+/// from its first byte to its end, where a record of its own takes 2). `early-flush`
+/// (records as full as h2's frames allow, as stock) lets the download join the answer's
+/// record.
+#[test]
+fn an_answer_that_ends_ends_its_record_before_a_less_urgent_download() {
+    for (policy, own_record) in [(Policy::Scheduled, true), (Policy::EarlyFlush, false)] {
+        let mut w = recording_wire(Buffering::Off, &[(1, Some("u=3, i")), (3, Some("u=1"))]);
+        w.path = Some(SimulatedPath::full_window(40));
+        let mut h = started(comparable_preset(policy).anticipate(None), w);
+        let input = vec![
+            settings_frame(0, &[]),
+            response_headers(1),
+            response_headers(3),
+            data(3, 0, 4096, true),
+            data(1, 0, 16384, false),
+            data(1, 1, 16384, true),
+        ];
+        h.write_all(&encode_all(&input)).unwrap();
+        h.flush().unwrap();
+        h.acknowledge_everything();
+        let (out, _) = delivered(&mut h, &input);
+        let answer = positions(&out, |f| f.stream() == 3 && f.is_data())[0];
+        let answer_end: usize = out[..=answer]
+            .iter()
+            .map(|f| HEADER_LEN + f.payload.len())
+            .sum();
+        assert!(
+            out[answer + 1..]
+                .iter()
+                .any(|f| f.stream() == 1 && f.is_data()),
+            "{policy:?}: the download follows the answer: {out:?}"
+        );
+        let write_ends_there = h
+            .wire
+            .borrow()
+            .events
+            .iter()
+            .any(|e| matches!(*e, Event::Write { to, .. } if to == answer_end));
+        assert_eq!(
+            write_ends_there,
+            own_record,
+            "{policy:?}: a write (a record) ends at the answer's end: {:?}",
+            h.wire.borrow().events
+        );
+    }
+}
