@@ -337,9 +337,11 @@ enum Filled {
     /// An urgent DATA frame is next: the record ends before it, so that the urgent frame
     /// starts a record of its own and does not wait for a less urgent record's tail.
     BeforeUrgent,
-    /// Less urgent DATA is next, after DATA of a response whose end is still to come: the
-    /// record ends, and the less urgent DATA asks the write budget for a record of its
-    /// own, which keeps window room for that end (see [`WritePath::ends_before_less_urgent`]).
+    /// Less urgent DATA is next, after DATA of a more urgent response: the record ends, so
+    /// that a response that ended is whole at the client without the less urgent tail,
+    /// and the less urgent DATA asks the write budget for a record of its own, which keeps
+    /// window room for the end of one still going (see
+    /// [`WritePath::ends_before_less_urgent`]).
     BeforeLessUrgent,
     /// Bulk DATA is next, after the record's first units, and the write budget allows it
     /// nothing now: the record ends without it (it must not wait for it as a short one).
