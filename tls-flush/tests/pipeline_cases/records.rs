@@ -64,6 +64,19 @@ fn recording_on_path_with(
     started(config, w)
 }
 
+/// `policy` without anticipation (a bulk frame begins although a more urgent request was
+/// read) over a [`recording_wire`] behind a full window of `cwnd` segments, nothing
+/// acknowledged until the test lets ACKs come back, having read `requests`.
+fn recording_behind_full_window(
+    policy: Policy,
+    requests: &[(u32, Option<&str>)],
+    cwnd: u32,
+) -> Harness {
+    let mut w = recording_wire(Buffering::Off, requests);
+    w.path = Some(SimulatedPath::full_window(cwnd));
+    started(comparable_preset(policy).anticipate(None), w)
+}
+
 /// An urgent small DATA frame ends its record, and the record is flushed at once, here with
 /// a transport that reports its buffered output (as rustls does).
 #[test]
@@ -365,10 +378,8 @@ fn an_unpaced_path_takes_writes_of_four_records() {
 #[test]
 fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end() {
     for (policy, overtakes) in [(Policy::Scheduled, true), (Policy::EarlyFlush, false)] {
-        let mut w = recording_wire(Buffering::Off, &[(1, Some("u=5, i")), (3, Some("u=0"))]);
-        w.path = Some(SimulatedPath::full_window(4));
-        // No anticipation: the bulk frame begins although the urgent request was read.
-        let mut h = started(comparable_preset(policy).anticipate(None), w);
+        let requests = [(1, Some("u=5, i")), (3, Some("u=0"))];
+        let mut h = recording_behind_full_window(policy, &requests, 4);
         let mut input = vec![settings_frame(0, &[]), response_headers(1)];
         input.push(data(1, 0, 16384, true));
         h.write_all(&encode_all(&input)).unwrap();
@@ -414,9 +425,8 @@ fn an_urgent_response_overtakes_the_rest_of_a_bulk_frame_split_at_the_record_end
 /// had room after a background download's records.
 #[test]
 fn a_response_end_does_not_wait_for_the_window() {
-    let mut w = recording_wire(Buffering::Off, &[(1, Some("u=2")), (3, Some("u=5, i"))]);
-    w.path = Some(SimulatedPath::full_window(4));
-    let mut h = started(comparable_preset(Policy::Scheduled).anticipate(None), w);
+    let requests = [(1, Some("u=2")), (3, Some("u=5, i"))];
+    let mut h = recording_behind_full_window(Policy::Scheduled, &requests, 4);
     // The answer's bytes fit the window; a download fills the rest, and more waits.
     let mut input = vec![
         settings_frame(0, &[]),
@@ -461,9 +471,7 @@ fn a_first_download_leaves_room_for_an_answer_asked_for_after_it() {
     let answer = [response_headers(3), data(3, 0, 4096, true)];
     let window = 10;
     for policy in [Policy::Scheduled, Policy::EarlyFlush] {
-        let mut w = recording_wire(Buffering::Off, &requests);
-        w.path = Some(SimulatedPath::full_window(window));
-        let mut h = started(comparable_preset(policy).anticipate(None), w);
+        let mut h = recording_behind_full_window(policy, &requests, window);
         h.write_all(&encode_all(&input)).unwrap();
         h.flush().unwrap();
         h.write_all(&encode_all(&answer)).unwrap();
@@ -506,9 +514,8 @@ fn a_first_download_leaves_room_for_an_answer_asked_for_after_it() {
 #[test]
 fn an_answer_that_ends_ends_its_record_before_a_less_urgent_download() {
     for (policy, own_record) in [(Policy::Scheduled, true), (Policy::EarlyFlush, false)] {
-        let mut w = recording_wire(Buffering::Off, &[(1, Some("u=3, i")), (3, Some("u=1"))]);
-        w.path = Some(SimulatedPath::full_window(40));
-        let mut h = started(comparable_preset(policy).anticipate(None), w);
+        let requests = [(1, Some("u=3, i")), (3, Some("u=1"))];
+        let mut h = recording_behind_full_window(policy, &requests, 40);
         let input = vec![
             settings_frame(0, &[]),
             response_headers(1),
