@@ -464,7 +464,7 @@ impl FlushConfig {
     }
 
     /// Reads a connection's response bodies by urgency (on for [`Policy::Scheduled`]; only
-    /// where this crate runs hyper: [`serve`](crate::serve) and
+    /// where this crate runs hyper: [`serve`](crate::serve()) and
     /// [`serve_connection`](crate::serve_connection), HTTP/2 only). h2 writes its streams'
     /// buffered DATA one frame per stream in turn, and the wrapper cannot skip a frame h2
     /// offers, so once its queue is full every stream leaves at the rate h2 offers it, a

@@ -21,7 +21,7 @@
 //!   set. Dropping the listener aborts the handshakes still running.
 //! - With 0.5-RTT ([`FlushListener::half_rtt`], module `half_rtt`), a connection's early
 //!   data is read before the client's Finished only when the app is served through
-//!   [`HalfRttMakeService`](crate::HalfRttMakeService), which marks early requests and
+//!   [`HalfRttMakeService`], which marks early requests and
 //!   applies the 425 rule; served any other way, early data waits for the handshake to
 //!   complete (no 0.5-RTT, nothing replayable reaches the app).
 

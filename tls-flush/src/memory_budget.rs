@@ -47,7 +47,7 @@ const PRESSURE_START_NUM: usize = 1;
 const PRESSURE_START_DEN: usize = 2;
 
 /// A memory budget shared by every connection built with a [`FlushConfig`](crate::FlushConfig)
-/// that carries it (clones share it): [`serve`](crate::serve),
+/// that carries it (clones share it): [`serve`](crate::serve()),
 /// [`FlushListener`](crate::FlushListener), [`FlushAcceptor`](crate::FlushAcceptor) and
 /// [`FlushStream::new`](crate::FlushStream::new) all honour it.
 ///
@@ -398,7 +398,7 @@ struct Gauges {
     used: ::metrics::Gauge,
     high_water: ::metrics::Gauge,
     limit: ::metrics::Gauge,
-    /// `used` as last published, in [`PUBLISH_STEP`] units.
+    /// `used` as last published, in steps of [`PUBLISH_STEP_SHIFT`] bits.
     published: AtomicUsize,
 }
 

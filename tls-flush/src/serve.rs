@@ -12,7 +12,7 @@
 //! rustls config sets `max_early_data_size`; tokio-rustls alone would drop those bytes),
 //! and the requests that began in it carry [`EarlyData`](crate::EarlyData). With
 //! [`Serve::early_data`] set to [`EarlyDataMode::HalfRtt`], the handshake is
-//! [`HalfRttAcceptor`](crate::HalfRttAcceptor)'s instead: early requests are served before the client's Finished
+//! [`HalfRttAcceptor`]'s instead: early requests are served before the client's Finished
 //! (0.5-RTT), behind [`TooEarlyLayer`].
 //!
 //! The invariants (accept errors, timeouts, shutdown) are documented on [`Serve`], because
@@ -241,7 +241,7 @@ fn http_builder(settings: &Settings, send_buffer: usize) -> auto::Builder<Stream
 /// When `acceptor`'s config accepts TLS 1.3 early data (`max_early_data_size` above
 /// zero, stateful resumption), those bytes are served through [`EarlyDataStream`](crate::EarlyDataStream), and the
 /// requests that began in them carry [`EarlyData`](crate::EarlyData) (see
-/// [`TooEarlyLayer`](crate::TooEarlyLayer)).
+/// [`TooEarlyLayer`]).
 ///
 /// Errors: the handshake's (`TimedOut` when it took too long), a connection dropped while
 /// shutting down (`TimedOut`), and hyper's (as `io::Error::other`).
@@ -267,7 +267,7 @@ pub async fn serve_connection<S: HttpService>(
 /// [`serve_connection`] with 0.5-RTT early data: requests that arrive as TLS 1.3 early data
 /// are answered before the client's Finished, in the server's first flight, as
 /// [`Serve::early_data`] with [`EarlyDataMode::HalfRtt`] does (non-idempotent early requests
-/// get `425 Too Early`, see [`TooEarlyLayer`](crate::TooEarlyLayer)). Make `acceptor` once
+/// get `425 Too Early`, see [`TooEarlyLayer`]). Make `acceptor` once
 /// per server: it checks the rustls config (and probes a custom session store) when it is
 /// made, and early data it refuses is logged there.
 ///
@@ -602,7 +602,7 @@ impl<S> Serve<S> {
     ///   in it are answered after the client's Finished; they carry
     ///   [`EarlyData`](crate::EarlyData) and nothing else changes.
     /// - `HalfRtt { max_early_data_size }` opts in to 0.5-RTT through
-    ///   [`HalfRttAcceptor`](crate::HalfRttAcceptor): up to that many bytes of early data are accepted (whatever
+    ///   [`HalfRttAcceptor`]: up to that many bytes of early data are accepted (whatever
     ///   the config says) on resumed connections, the requests in them are served at once
     ///   and their responses leave in the server's first flight, before the client's
     ///   Finished. Early requests whose method is not GET, HEAD or OPTIONS are answered
@@ -611,7 +611,7 @@ impl<S> Serve<S> {
     ///   with [`too_early`](Self::too_early). Early data is refused, and connections are
     ///   served after the handshake, where it cannot be made safe: with client
     ///   certificate authentication, with stateless tickets, with a session store whose
-    ///   tickets are not single use (see [`HalfRttAcceptor`](crate::HalfRttAcceptor); the reason is logged as a
+    ///   tickets are not single use (see [`HalfRttAcceptor`]; the reason is logged as a
     ///   warning when the server starts).
     ///
     /// ```no_run

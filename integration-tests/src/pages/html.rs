@@ -67,7 +67,7 @@ const BULK_FETCH_INIT: &str = r#"{priority: "low"}"#;
 /// server's demo page fetches `/critical` (`examples::responses::INDEX_HTML`).
 const CRITICAL_FETCH_INIT: &str = r#"{priority: "high"}"#;
 
-/// The measurement script, inlined in every document ([`inline_instrument`]).
+/// The measurement script, inlined in every document ([`INLINE_INSTRUMENT`]).
 const INSTRUMENT_JS: &str = include_str!("instrument.js");
 
 /// The instrumentation without comment lines, blank lines and indentation (its source is

@@ -51,7 +51,7 @@ pub struct PeerOptions {
     /// A directory whose contents the peer serves too, under its document root and beside
     /// the fixture (a file at `SITE/a/b.css` is `/a/b.css`), typed by
     /// [`SITE_CONTENT_TYPES`](super::SITE_CONTENT_TYPES). It is linked or copied into the
-    /// peer's own directory at start (see [`copy_site`](super::copy_site)): files added to
+    /// peer's own directory at start (see [`copy_site`]): files added to
     /// it later are not served, and its files must not change while the peer runs (a
     /// hard-linked file is the same file). A file at a fixture path fails the start.
     pub site: Option<PathBuf>,

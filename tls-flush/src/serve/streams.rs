@@ -37,7 +37,7 @@ thread_local! {
     static COLLECTED: RefCell<Option<Vec<StreamFuture>>> = const { RefCell::new(None) };
 }
 
-/// Where [`serve`](crate::serve) runs each HTTP/2 request's future: the service call and
+/// Where [`serve`](crate::serve()) runs each HTTP/2 request's future: the service call and
 /// the response body, what hyper hands its executor (see
 /// [`Serve::stream_tasks`](crate::Serve::stream_tasks)).
 ///
@@ -65,7 +65,7 @@ pub enum StreamTasks {
     Spawned,
 }
 
-/// hyper's executor for [`serve`](crate::serve)'s connections: with
+/// hyper's executor for [`serve`](crate::serve())'s connections: with
 /// [`StreamTasks::Connection`], stream futures executed while a [`WithStreams`] polls the
 /// connection run on that connection's task; any other is spawned on the tokio runtime.
 #[derive(Debug, Clone, Copy)]

@@ -28,7 +28,7 @@
 //!   urgent response ends that wait;
 //! - what precedes the connection's first DATA frame in its record (the first response's
 //!   head) is a record of its own, sent in the same write (see
-//!   [`Transport::seal_record_ahead`](crate::Transport::seal_record_ahead));
+//!   [`Transport::seal_record_ahead`]);
 //! - where the write budget sized the record, DATA of a stream that is not urgent ends with
 //!   the record: a frame that does not fit is split there ([`super::split`]), and its rest
 //!   is scheduled again.
@@ -136,7 +136,8 @@ pub(super) struct RecordWriter {
     /// [`OPENING_ROOM`](pacing::OPENING_ROOM)).
     opening_ends: Option<Instant>,
     /// Full records the next write holds: more than one only on an unpaced path, when no
-    /// stream more urgent than the bulk DATA it starts with is open (see [`UNPACED_WRITE_RECORDS`]).
+    /// stream more urgent than the bulk DATA it starts with is open (see
+    /// [`UNPACED_WRITE_RECORDS`](crate::path::UNPACED_WRITE_RECORDS)).
     write_records: usize,
     /// Bulk DATA waits until then for TCP to send what it holds.
     paced_until: Option<Instant>,

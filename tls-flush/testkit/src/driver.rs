@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::transport::{FaultyTransport, Wire};
 
 /// The driver's clock: the wrapper's. Fuzz builds (`--cfg fuzzing`) move it forward by
-/// [`clock::TICK`] whenever a poll only waited for time to pass, so holds and waits cost
+/// their `TICK` whenever a poll only waited for time to pass, so holds and waits cost
 /// polls, not real time; elsewhere it is the real clock.
 mod clock {
     use std::time::Instant;
