@@ -222,7 +222,7 @@ impl WritePath {
         let opening_ends = *self
             .writer
             .opening_ends
-            .get_or_insert(now + OPENING_HOLD.min(state.min_rtt / 2));
+            .get_or_insert(now + OPENING_HOLD.min(state.min_rtt / 4));
         let opening = if urgency >= DEFAULT_URGENCY && now < opening_ends {
             whole_segments(OPENING_ROOM, mss)
         } else {
@@ -420,16 +420,15 @@ const MAX_RESERVED_ROOM: usize = 6 * 1024;
 /// responses under way.
 pub(super) const OPENING_ROOM: usize = MAX_RESERVED_ROOM;
 
-/// How long the opening room is kept, at most (and at most half the minimum RTT): the
-/// window grows in slow start only by what it acknowledges, so room kept for the whole
+/// How long the opening room is kept, at most (and at most a quarter of the minimum RTT):
+/// the window grows in slow start only by what it acknowledges, so room kept for the whole
 /// first round trip cost the lab's download 1.2% of its goodput on the clean 20 ms link
-/// (0.987-0.989x stock's); kept 3, 5 or 10 ms, 0.998-1.000x. Kept 5 ms, the demo answer's
-/// request came later in 3 loads of 20 (6-8 ms after the downloads', the window full:
-/// a round trip late); 10 ms took the answer's median from 33.5 and 34.9 ms to 31.8 and
-/// 32.9 (two runs of 30 loads each, the builds alternated; the background's end 2.5% and
-/// 1.1% behind stock's against 1.1% and 0.4%, where stock's own moved 1% between runs),
-/// and the lab's `late` critical time from 30.3 to 27.3 ms (10 repeats).
-const OPENING_HOLD: Duration = Duration::from_millis(10);
+/// (0.987-0.989x stock's); kept 3, 5 or 10 ms, 0.998-1.000x. Kept 10 ms, the demo
+/// answer's median was 1.5 ms lower (31.8 and 32.9 ms against 33.5 and 34.9, 30 loads
+/// each), but behind the 200-packet competitor, whose queue makes the first round trips
+/// 140 ms long, `late`'s critical answer took a second round trip and a tail loss's
+/// recovery (about 365 ms against 136) in 9 runs of 20, against none of 20 with 5 ms.
+const OPENING_HOLD: Duration = Duration::from_millis(5);
 
 /// Full records in the next write, from [`WritePath::wide_write`]'s count.
 fn records_per_write(wide: Option<usize>) -> usize {
