@@ -693,6 +693,42 @@ fn in_loss_recovery_the_cap_counts_what_is_in_the_network() {
 }
 
 #[test]
+fn a_connection_s_first_64_kib_go_in_records_of_one_segment_on_a_paced_path() {
+    let now = Instant::now();
+    let mut budget = WriteBudget::default();
+    let opening = path(10, 0, 0, 0);
+    let Allowance::Record(record) = budget.allowance(&opening, RECORD, RECORD, true, 0, now) else {
+        panic!("an urgent record never waits");
+    };
+    assert!(record > MSS as usize, "the window's room: {record}");
+    let segment = MSS as usize - RECORD_OVERHEAD;
+    assert_eq!(budget.opening_record(&opening, 0, record), segment);
+    assert_eq!(
+        budget.opening_record(&opening, SEGMENT_RECORDS_UNTIL - 1, record),
+        segment
+    );
+    assert_eq!(
+        budget.opening_record(&opening, SEGMENT_RECORDS_UNTIL, record),
+        record
+    );
+    // A smaller record stays as it is.
+    assert_eq!(budget.opening_record(&opening, 0, 100), 100);
+    // On loopback a record's segments arrive together: nothing changes.
+    let loopback = PathState {
+        mss: 65483,
+        min_rtt: Duration::from_micros(30),
+        ..path(10, 0, 0, 0)
+    };
+    let mut budget = WriteBudget::default();
+    budget.allowance(&loopback, RECORD, RECORD, true, 0, now);
+    let small_mss = PathState {
+        mss: MSS,
+        ..loopback
+    };
+    assert_eq!(budget.opening_record(&small_mss, 0, RECORD), RECORD);
+}
+
+#[test]
 fn bulk_records_end_the_kernels_unsent_bytes_on_a_segment_boundary() {
     let mss = MSS as usize;
     // Nothing unsent: eleven whole segments of a 16 KiB record.

@@ -104,7 +104,9 @@ impl WritePath {
                 // The read may have found the path unpaced (or paced) anew.
                 self.writer.write_records = records_per_write(self.wide_write(config, priorities));
                 if self.writer.write_records == 1 {
-                    self.writer.record_cap = Some(n);
+                    let sent = self.writer.sent_since_idle;
+                    self.writer.record_cap =
+                        Some(self.writer.budget.opening_record(&state, sent, n));
                 }
                 false
             }
