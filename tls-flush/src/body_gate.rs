@@ -99,8 +99,8 @@ pub(crate) const WAIT_GRACE: Duration = Duration::from_millis(5);
 /// value).
 const NEXT_CHUNK_ESTIMATE: u128 = 16_384;
 
-/// How many pieces the front body of a level (the shortest) passes for each piece
-/// of a longer body of its level: the same sixteenth a level above the default gives the
+/// How many pieces the front body of a level (the shortest, or above the default urgency
+/// the one requested first) passes for each piece of a body behind it: the same sixteenth a level above the default gives the
 /// next one ([`cost_bits`]), so a long download behind a page's images still moves, at a
 /// rate that costs the images little (a 100 KB image takes a sixteenth longer).
 const SIBLING_SHARE: u32 = 16;
@@ -178,8 +178,9 @@ struct Entry {
     /// first took the lead for good (browser lab, app: the third in one load of four, and
     /// the page's largest contentful paint, the first, came 0.9 s later).
     length: Option<u64>,
-    /// Its last offer was held behind a shorter body of its level: it is not using the
-    /// link, so it holds no other level back (its start tag lags while it waits).
+    /// Its last offer was held behind a body of its level that goes before it (shorter, or
+    /// above the default urgency requested first): it is not using the link, so it holds
+    /// no other level back (its start tag lags while it waits).
     behind_sibling: bool,
     /// Start tag of this body's next chunk: the finish tag of its last chunk let through,
     /// moved up to the virtual time when it comes back from not producing.

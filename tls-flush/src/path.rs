@@ -442,9 +442,11 @@ impl WriteBudget {
         (s.mss as usize).saturating_sub(RECORD_OVERHEAD).max(1)
     }
 
-    /// The most a record may hold `sent` plaintext bytes into the connection, of `record`
-    /// allowed: one segment's payload for the first [`SEGMENT_RECORDS_UNTIL`] bytes on a
-    /// paced path (on loopback or a LAN a record's segments arrive together).
+    /// The most a record may hold `sent` plaintext bytes into the connection (counted
+    /// again after an idle gap where record sizes are dynamic, as TCP's window restarts
+    /// then), of `record` allowed: one segment's payload for the first
+    /// [`SEGMENT_RECORDS_UNTIL`] bytes on a paced path (on loopback or a LAN a record's
+    /// segments arrive together).
     pub(crate) fn opening_record(&self, s: &PathState, sent: u64, record: usize) -> usize {
         if sent < SEGMENT_RECORDS_UNTIL && !self.unpaced {
             record.min(Self::smallest_record(s))
