@@ -13,11 +13,11 @@
 //! crossing the link.
 //!
 //! ```no_run
-//! use integration_tests::tun::{CrossTraffic, TunConfig, TunLink, CROSS_HEAD_START};
+//! use integration_tests::tun::{cross_head_start, CrossTraffic, TunConfig, TunLink};
 //!
 //! let link = TunLink::start(TunConfig::default())?;
 //! let cross = CrossTraffic::start(&link, 1)?;
-//! std::thread::sleep(CROSS_HEAD_START);
+//! std::thread::sleep(cross_head_start(link.config().seed));
 //! println!("{} bytes crossed so far", cross.received_bytes());
 //! let total = cross.stop()?;
 //! # let _ = total;
@@ -33,11 +33,44 @@ use std::time::{Duration, Instant};
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::{Side, TunLink, CLIENT_ADDR, SERVER_ADDR};
+use super::{derive_seed, Side, TunLink, CLIENT_ADDR, SERVER_ADDR};
 
-/// How long the lab lets cross traffic run before a run's fixture starts: time for the
-/// flows to leave slow start and fill the bottleneck's queue.
+/// How long the lab lets cross traffic run before a run's fixture starts, at least: time
+/// for the flows to leave slow start and fill the bottleneck's queue. Each run waits a
+/// seeded draw of up to [`CROSS_PHASE_SPREAD`] more ([`cross_head_start`]).
 pub const CROSS_HEAD_START: Duration = Duration::from_secs(3);
+
+/// The most a run waits beyond [`CROSS_HEAD_START`]: a competitor's window is a sawtooth
+/// (under cubic with the 200-packet queue an epoch takes seconds), so runs that all start
+/// exactly 3 s after it meet it at one moment of its cycle. The lab's 200-packet profile,
+/// `late`, 10 repeats and 2 seeds: started at 3 s, `scheduled`'s answer took one round trip
+/// in every run (134 ms) and stock's 603-638 ms; with a draw of up to 1 s, two round trips
+/// in 36 runs of 40 (medians 275-281 ms) and stock's 743-823, the queue full in both.
+pub const CROSS_PHASE_SPREAD: Duration = Duration::from_secs(1);
+
+/// Which stream of a link's seed [`cross_head_start`] draws from ([`derive_seed`]): none of
+/// the impairments' (theirs are below 4), so that turning cross traffic on does not change
+/// their draws.
+const CROSS_PHASE_STREAM: u64 = 16;
+
+/// How long cross traffic runs before the fixture of a run whose link has `seed`
+/// ([`TunConfig::seed`](super::TunConfig::seed), one per repeat in the lab, so every case
+/// of a repeat meets the same moment): [`CROSS_HEAD_START`] and a draw, in whole
+/// milliseconds, below [`CROSS_PHASE_SPREAD`].
+///
+/// ```
+/// use integration_tests::tun::{cross_head_start, CROSS_HEAD_START, CROSS_PHASE_SPREAD};
+///
+/// let wait = cross_head_start(7);
+/// assert!(wait >= CROSS_HEAD_START && wait < CROSS_HEAD_START + CROSS_PHASE_SPREAD);
+/// assert_eq!(wait, cross_head_start(7));
+/// assert_ne!(wait, cross_head_start(8));
+/// ```
+pub fn cross_head_start(seed: u64) -> Duration {
+    let spread = CROSS_PHASE_SPREAD.as_millis() as u64;
+    let draw = derive_seed(seed, CROSS_PHASE_STREAM) % spread;
+    CROSS_HEAD_START + Duration::from_millis(draw)
+}
 
 /// How long a flow's connect (and the sink's accept) may take: long enough for a lost SYN
 /// to be sent again twice.

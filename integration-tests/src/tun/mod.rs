@@ -132,7 +132,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use cross::{CrossTraffic, CROSS_HEAD_START};
+pub use cross::{cross_head_start, CrossTraffic, CROSS_HEAD_START, CROSS_PHASE_SPREAD};
 pub use emulator::{DirectionStats, TunStats};
 pub use impair::{derive_seed, MAX_JITTER};
 pub use netns::{enter_namespace, is_root, list_namespaces, remove_stale};
@@ -365,14 +365,16 @@ impl TunConfig {
         out
     }
 
-    /// `; cross traffic: N bulk TCP flows, 3 s head start` with cross flows, else empty.
+    /// `; cross traffic: N bulk TCP flows, 3-4 s head start (seeded)` with cross flows,
+    /// else empty.
     fn describe_cross(&self) -> String {
         match self.cross_flows {
             0 => String::new(),
             n => format!(
-                "; cross traffic: {n} bulk TCP flow{} server to client, {} s head start",
+                "; cross traffic: {n} bulk TCP flow{} server to client, {}-{} s head start (seeded)",
                 if n == 1 { "" } else { "s" },
-                CROSS_HEAD_START.as_secs_f64()
+                CROSS_HEAD_START.as_secs_f64(),
+                (CROSS_HEAD_START + CROSS_PHASE_SPREAD).as_secs_f64()
             ),
         }
     }

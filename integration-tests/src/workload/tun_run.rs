@@ -13,7 +13,7 @@ use crate::peers::{PeerKind, PeerOptions, PeerServer};
 use crate::server::{ServerSetup, ServerStats, TestServer};
 use crate::tap::TapLog;
 use crate::tun::{
-    self, CrossTraffic, PacketEvent, Side, TunConfig, TunLink, CROSS_HEAD_START, SERVER_ADDR,
+    self, cross_head_start, CrossTraffic, PacketEvent, Side, TunConfig, TunLink, SERVER_ADDR,
 };
 use crate::BoxError;
 
@@ -59,9 +59,9 @@ pub async fn run_tun(
 /// ([`super::Attribution`]).
 ///
 /// With [`TunConfig::cross_flows`], that many bulk TCP flows ([`CrossTraffic`]) run
-/// through the same bottleneck from [`CROSS_HEAD_START`] before the client connects until
-/// it is done; the result's [`super::PathFigures`] then carry the fixture's
-/// `bottleneck_share`. A run whose cross traffic moved nothing in its head start, or
+/// through the same bottleneck from their head start ([`cross_head_start`]) before the
+/// client connects until it is done; the result's [`super::PathFigures`] then carry the
+/// fixture's `bottleneck_share`. A run whose cross traffic moved nothing in its head start, or
 /// failed before it was stopped, fails. [`TunConfig::clients`] must be 1 (see
 /// [`run_tun_clients`]).
 pub async fn run_tun_traced(
@@ -268,8 +268,8 @@ async fn run_clients(
     })
 }
 
-/// Starts `flows` cross flows on `link` (none for 0) and waits their head start
-/// ([`CROSS_HEAD_START`]); fails if they moved nothing meanwhile.
+/// Starts `flows` cross flows on `link` (none for 0) and waits their head start, drawn from
+/// the link's seed ([`cross_head_start`]); fails if they moved nothing meanwhile.
 pub(crate) async fn start_cross(
     link: &TunLink,
     flows: usize,
@@ -279,9 +279,10 @@ pub(crate) async fn start_cross(
     }
     // Connecting takes about one RTT per flow; blocks this thread meanwhile.
     let cross = CrossTraffic::start(link, flows)?;
-    tokio::time::sleep(CROSS_HEAD_START).await;
+    let head_start = cross_head_start(link.config().seed);
+    tokio::time::sleep(head_start).await;
     if cross.received_bytes() == 0 {
-        return Err(format!("{flows} flows moved nothing in {CROSS_HEAD_START:?}").into());
+        return Err(format!("{flows} flows moved nothing in {head_start:?}").into());
     }
     Ok(Some(cross))
 }
