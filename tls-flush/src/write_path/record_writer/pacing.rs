@@ -224,7 +224,7 @@ impl WritePath {
         let opening_ends = *self
             .writer
             .opening_ends
-            .get_or_insert(now + OPENING_HOLD.min(state.min_rtt / 4));
+            .get_or_insert(now + OPENING_HOLD.min(state.min_rtt / 2));
         let opening = if urgency >= DEFAULT_URGENCY && now < opening_ends {
             whole_segments(OPENING_ROOM, mss)
         } else {
@@ -422,15 +422,22 @@ const MAX_RESERVED_ROOM: usize = 6 * 1024;
 /// responses under way.
 pub(super) const OPENING_ROOM: usize = MAX_RESERVED_ROOM;
 
-/// How long the opening room is kept, at most (and at most a quarter of the minimum RTT):
-/// the window grows in slow start only by what it acknowledges, so room kept for the whole
+/// How long the opening room is kept, at most (and at most half the minimum RTT): the
+/// window grows in slow start only by what it acknowledges, so room kept for the whole
 /// first round trip cost the lab's download 1.2% of its goodput on the clean 20 ms link
-/// (0.987-0.989x stock's); kept 3, 5 or 10 ms, 0.998-1.000x. Kept 10 ms, the demo
-/// answer's median was 1.5 ms lower (31.8 and 32.9 ms against 33.5 and 34.9, 30 loads
-/// each), but behind the 200-packet competitor, whose queue makes the first round trips
-/// 140 ms long, `late`'s critical answer took a second round trip and a tail loss's
-/// recovery (about 365 ms against 136) in 9 runs of 20, against none of 20 with 5 ms.
-const OPENING_HOLD: Duration = Duration::from_millis(5);
+/// (0.987-0.989x stock's); kept 3, 5 or 10 ms, 0.998-1.000x. Chromium sends a page's
+/// requests up to 9 ms apart (the browser lab's demo page: the answer's request 0-9 ms
+/// after the first download's). The demo, two runs of 20 loads per setting, alternated:
+/// kept 5 ms (at most a quarter of the minimum RTT), the answer came a round trip late in
+/// 4 and 5 loads of 20 (medians 32.1 and 34.8 ms); kept 10 ms, in 1 and 0 (31.1 and 34.1
+/// ms; most of the rest of the spread is the answer's body a round trip behind its
+/// headers, in 3-5 loads of 20 either way); the downloads ended 5-7 ms later than stock's
+/// against 12-18. Kept 5 ms for a while, since with 10 `late` behind the 200-packet
+/// competitor took a second round trip in 9 runs of 20; those runs all started at one
+/// moment of the competitor's cycle (see the lab's `CROSS_PHASE_SPREAD`), and with the
+/// moment drawn, 10 repeats x 2 seeds, 10 ms and 5 ms give the same (medians 274.5 and
+/// 275 ms against 277.5 and 281).
+const OPENING_HOLD: Duration = Duration::from_millis(10);
 
 /// Full records in the next write, from [`WritePath::wide_write`]'s count.
 fn records_per_write(wide: Option<usize>) -> usize {
