@@ -363,6 +363,17 @@ impl Scheduler {
         self.queues.as_mut()?.most_urgent_queued(priorities)
     }
 
+    /// DATA of `urgency` and less urgent waits for the write budget (`None`: no DATA
+    /// does), until the next call: meanwhile those levels take no turn of the urgencies'
+    /// shares while a more urgent level has DATA queued, which goes next instead (see
+    /// [`shares`]). A level that cannot send would otherwise keep a more urgent one
+    /// waiting for nothing.
+    pub(crate) fn budget_holds(&mut self, urgency: Option<u8>) {
+        if let Some(q) = self.queues.as_mut() {
+            q.budget_held = urgency.map_or(0, |u| 0xff << u.min(7));
+        }
+    }
+
     /// Takes the next unit to put on the wire.
     pub(crate) fn pop(
         &mut self,
@@ -404,6 +415,9 @@ struct Queues {
     epochs: VecDeque<Epoch>,
     /// How the urgencies share the link (see [`UrgencyShares`]).
     shares: UrgencyShares,
+    /// The levels whose DATA waits for the write budget (bit `u`: urgency `u`; see
+    /// [`Scheduler::budget_holds`]).
+    budget_held: u8,
     queued_bytes: usize,
     queued_units: usize,
     next_seq: u64,
@@ -425,6 +439,7 @@ impl Queues {
             // The served epoch is allocated by the first push.
             epochs: VecDeque::new(),
             shares: UrgencyShares::default(),
+            budget_held: 0,
             queued_bytes: 0,
             queued_units: 0,
             next_seq: 0,
@@ -595,7 +610,7 @@ impl Queues {
         if let Some(unit) = epoch.conn.pop_front() {
             return Some((unit, not_reordered));
         }
-        let chosen = Self::next_stream(epoch, &self.shares)?;
+        let chosen = Self::next_stream(epoch, &self.shares, self.budget_held)?;
         let waiting = epoch.index.waiting_levels();
         let oldest_data = epoch.index.data_by_seq.first().map(|&(seq, _)| seq);
         let q = epoch
@@ -678,7 +693,7 @@ impl Queues {
                 if epoch.is_drained() {
                     return None;
                 }
-                Self::next_stream(epoch, &self.shares)
+                Self::next_stream(epoch, &self.shares, self.budget_held)
             }
         }
     }
@@ -701,7 +716,7 @@ impl Queues {
     }
 
     /// The stream whose head unit goes next in the served `epoch` (stream-0 frames aside).
-    fn next_stream(epoch: &Epoch, shares: &UrgencyShares) -> Option<u32> {
+    fn next_stream(epoch: &Epoch, shares: &UrgencyShares, budget_held: u8) -> Option<u32> {
         // Non-DATA heads go first, oldest first; a header block only in its turn.
         let header_turn = epoch.header_order.front().copied().filter(|&(seq, id)| {
             epoch.streams[&id]
@@ -713,12 +728,12 @@ impl Queues {
         match (header_turn, control) {
             (Some(h), Some(c)) => Some(if h.0 < c.0 { h.1 } else { c.1 }),
             (Some((_, id)), None) | (None, Some((_, id))) => Some(id),
-            (None, None) => Self::choose_data(epoch, shares),
+            (None, None) => Self::choose_data(epoch, shares, budget_held),
         }
     }
 
     /// Picks the stream whose DATA goes next (RFC 9218 §10).
-    fn choose_data(epoch: &Epoch, shares: &UrgencyShares) -> Option<u32> {
+    fn choose_data(epoch: &Epoch, shares: &UrgencyShares, budget_held: u8) -> Option<u32> {
         // A header block waiting behind its own stream's DATA (trailers) blocks every later
         // header block: that stream inherits the highest priority until it is through.
         if let Some(&(_, id)) = epoch.header_order.front() {
@@ -731,7 +746,10 @@ impl Queues {
             }
         }
         let index = &epoch.index;
-        let urgency = shares.next(index.waiting_levels())?;
+        let waiting = index.waiting_levels();
+        // Levels the write budget holds take no turn while another level can go.
+        let free = waiting & !budget_held;
+        let urgency = shares.next(if free != 0 { free } else { waiting })?;
         // Non-incremental responses one at a time, lowest stream id first.
         if let Some(&id) = index.sequential[urgency].first() {
             return Some(id);

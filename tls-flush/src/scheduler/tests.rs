@@ -234,6 +234,48 @@ fn a_less_urgent_response_is_not_starved_by_a_long_download() {
     assert_eq!(font_at, [2, 5, 8], "{ids:?}");
 }
 
+/// The browser lab's demo page: a `u=3` download's frame put back (its record had no room
+/// for it) keeps its share turn; a `u=1` answer's first piece leaves and its rest is queued
+/// again; the download's turn comes next. While the write budget holds the download, the
+/// answer's rest goes instead, and the turn is the download's again once it is not held.
+#[test]
+fn a_level_the_write_budget_holds_takes_no_turn_from_a_more_urgent_one() {
+    let mut p = priorities(&[(1, "u=3, i"), (3, "u=1")]);
+    let download = (0..3).map(|_| unit(frame::DATA, 0, 1, 16_384));
+    let mut s = queued(Ordering::Rfc9218, &mut p, download);
+    let (put_back, _) = s.pop(&mut p).expect("the download's frame");
+    s.requeue_front(put_back, &mut p);
+    let (h, b) = unit(frame::DATA, 0, 3, 4096);
+    s.push(h, b, &mut p);
+    let (answer, _) = s.pop(&mut p).expect("the answer");
+    assert_eq!(
+        answer.header.stream_id, 3,
+        "the more urgent level goes first"
+    );
+    let (h, b) = unit(frame::DATA, 0, 3, 2700);
+    let rest = QueuedFrame {
+        header: h,
+        bytes: b,
+        seq: answer.seq,
+        ends_stream: false,
+    };
+    s.requeue_front(rest, &mut p);
+    assert_eq!(
+        s.next_stream_id(&mut p),
+        Some(1),
+        "the download's share turn"
+    );
+    s.budget_holds(Some(3));
+    assert_eq!(s.next_data_urgency(&mut p), Some(1));
+    let (next, _) = s.pop(&mut p).expect("the answer's rest");
+    assert_eq!(next.header.stream_id, 3);
+    s.budget_holds(None);
+    assert_eq!(s.next_stream_id(&mut p), Some(1));
+    // Held, with nothing more urgent queued, the held level goes as before.
+    s.budget_holds(Some(3));
+    assert_eq!(drain_ids(&mut s, &mut p), vec![1, 1, 1]);
+}
+
 #[test]
 fn next_data_urgency_only_peeks() {
     let mut p = priorities(&[(1, "u=5, i"), (3, "u=5, i"), (5, "u=2")]);

@@ -62,13 +62,10 @@ impl WritePath {
         // ramp on top of the cap.
         let target = config.record_target(u64::MAX);
         let available = self.queued_to_write();
-        let bulk = self.next_bulk_urgency(config, priorities);
-        let urgent = bulk.is_none();
         let now = crate::clock::now();
-        let reserve = bulk.map_or(0, |urgency| {
-            self.room_for_more_urgent(urgency, config, priorities, &state, now)
-        });
-        let allowance = self.ask_budget(&state, target, available, urgent, reserve, now);
+        let (bulk, reserve, allowance) =
+            self.next_allowance(&state, target, available, config, priorities, now);
+        let urgent = bulk.is_none();
         // A record that starts with anything but bulk DATA may go on with bulk DATA:
         // what the budget allows that DATA is asked when it joins (see `bulk_room_for`).
         if urgent {
@@ -231,6 +228,43 @@ impl WritePath {
             0
         };
         reserved_room(urgency, priorities, mss, now).max(opening)
+    }
+
+    /// The write budget's allowance for the next record, with the urgency of the bulk DATA
+    /// it starts with (`None`: anything else) and the window room that DATA leaves. Where
+    /// bulk must wait and more urgent DATA is queued, that DATA goes next, whatever the
+    /// urgencies' shares say (see [`Scheduler::budget_holds`](crate::scheduler::Scheduler::budget_holds)),
+    /// and the budget is asked for it: in the browser lab's demo page the `u=1` answer's
+    /// first segment left, then the `u=3` download's share turn came, which waited for the
+    /// room kept for that very answer, and the answer's rest waited with it, a round trip
+    /// (3-5 loads of 20).
+    fn next_allowance(
+        &mut self,
+        state: &PathState,
+        target: usize,
+        available: usize,
+        config: &FlushConfig,
+        priorities: &mut StreamPriorities,
+        now: Instant,
+    ) -> (Option<u8>, usize, Allowance) {
+        self.scheduler.budget_holds(None);
+        let mut bulk = self.next_bulk_urgency(config, priorities);
+        loop {
+            let reserve = bulk.map_or(0, |urgency| {
+                self.room_for_more_urgent(urgency, config, priorities, state, now)
+            });
+            let allowance = self.ask_budget(state, target, available, bulk.is_none(), reserve, now);
+            let Some(held) = bulk.filter(|_| matches!(allowance, Allowance::Wait(_))) else {
+                return (bulk, reserve, allowance);
+            };
+            self.scheduler.budget_holds(Some(held));
+            let next = self.next_bulk_urgency(config, priorities);
+            // Each turn asks for a more urgent level, or ends.
+            if next.is_some_and(|urgency| urgency >= held) {
+                return (bulk, reserve, allowance);
+            }
+            bulk = next;
+        }
     }
 
     /// The write budget's allowance (see [`WriteBudget::allowance`]), its cap lifts
