@@ -658,8 +658,8 @@ mod tests {
             ..config.clone()
         };
         assert!(cross.describe().ends_with(
-            "kernel TCP end to end; cross traffic: 2 bulk TCP flows server to client, 3 s head \
-             start"
+            "kernel TCP end to end; cross traffic: 2 bulk TCP flows server to client, 3-4 s \
+             head start (seeded)"
         ));
         assert_eq!(config.serialization(1500), Duration::from_micros(600));
         assert!(TunConfig {

@@ -253,8 +253,8 @@ fn cross_traffic_is_tun_only() {
     let config = LabConfig::from_args(&args(&["--link", "tun", "--cross", "2"])).unwrap();
     assert_eq!(config.tun.cross_flows, 2);
     assert!(report_first_line(&config).ends_with(
-        "kernel TCP end to end; cross traffic: 2 bulk TCP flows server to client, 3 s head \
-         start"
+        "kernel TCP end to end; cross traffic: 2 bulk TCP flows server to client, 3-4 s \
+         head start (seeded)"
     ));
     let none = LabConfig::from_args(&args(&["--link", "tun"])).unwrap();
     assert_eq!(none.tun.cross_flows, 0);
