@@ -61,8 +61,8 @@ pub async fn run_tun(
 /// With [`TunConfig::cross_flows`], that many bulk TCP flows ([`CrossTraffic`]) run
 /// through the same bottleneck from their head start ([`cross_head_start`]) before the
 /// client connects until it is done; the result's [`super::PathFigures`] then carry the
-/// fixture's `bottleneck_share`. A run whose cross traffic moved nothing in its head start, or
-/// failed before it was stopped, fails. [`TunConfig::clients`] must be 1 (see
+/// fixture's `bottleneck_share`. A run whose cross traffic moved nothing in its head
+/// start, or failed before it was stopped, fails. [`TunConfig::clients`] must be 1 (see
 /// [`run_tun_clients`]).
 pub async fn run_tun_traced(
     case: &Case,

@@ -287,9 +287,9 @@ pub struct LabArgs {
     /// namespace (not through the server under test), each writing as fast as its socket
     /// takes it, with the link's --cc. They start 3 s before each run's fixture (a head
     /// start to fill the queue), and up to 1 s more drawn from the repeat's seed (so that
-    /// runs meet the competitor's sawtooth at different moments), and stop after it. The table and the JSON then give the
-    /// fixture's bottleneck_share: its body bytes over those plus what the sink received
-    /// while the fixture ran [default: 0, none].
+    /// runs meet the competitor's sawtooth at different moments), and stop after it. The
+    /// table and the JSON then give the fixture's bottleneck_share: its body bytes over
+    /// those plus what the sink received while the fixture ran [default: 0, none].
     #[arg(long, value_name = "N")]
     pub cross: Option<usize>,
     /// With --link tun only: N clients run each workload at once on one server, each on

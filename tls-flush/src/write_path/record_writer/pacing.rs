@@ -233,11 +233,11 @@ impl WritePath {
     /// The write budget's allowance for the next record, with the urgency of the bulk DATA
     /// it starts with (`None`: anything else) and the window room that DATA leaves. Where
     /// bulk must wait and more urgent DATA is queued, that DATA goes next, whatever the
-    /// urgencies' shares say (see [`Scheduler::budget_holds`](crate::scheduler::Scheduler::budget_holds)),
-    /// and the budget is asked for it: in the browser lab's demo page the `u=1` answer's
-    /// first segment left, then the `u=3` download's share turn came, which waited for the
-    /// room kept for that very answer, and the answer's rest waited with it, a round trip
-    /// (3-5 loads of 20).
+    /// urgencies' shares say (see the scheduler's
+    /// [`budget_holds`](crate::scheduler::Scheduler::budget_holds)), and the budget is asked
+    /// for it: in the browser lab's demo page the `u=1` answer's first segment left, then
+    /// the `u=3` download's share turn came, which waited for the room kept for that very
+    /// answer, and the answer's rest waited with it, a round trip (3-5 loads of 20).
     fn next_allowance(
         &mut self,
         state: &PathState,
