@@ -41,6 +41,7 @@ impl WritePath {
         self.writer.record_cap = None;
         self.writer.bulk_room = BulkRoom::Unlimited;
         self.writer.paced_until = None;
+        self.scheduler.budget_holds(None);
         if self.waits_for_wide_write(cx, config, priorities, mode) {
             return true;
         }
@@ -247,7 +248,6 @@ impl WritePath {
         priorities: &mut StreamPriorities,
         now: Instant,
     ) -> (Option<u8>, usize, Allowance) {
-        self.scheduler.budget_holds(None);
         let mut bulk = self.next_bulk_urgency(config, priorities);
         loop {
             let reserve = bulk.map_or(0, |urgency| {
