@@ -100,9 +100,10 @@ pub(crate) const WAIT_GRACE: Duration = Duration::from_millis(5);
 const NEXT_CHUNK_ESTIMATE: u128 = 16_384;
 
 /// How many pieces the front body of a level (the shortest, or above the default urgency
-/// the one requested first) passes for each piece of a body behind it: the same sixteenth a level above the default gives the
-/// next one ([`cost_bits`]), so a long download behind a page's images still moves, at a
-/// rate that costs the images little (a 100 KB image takes a sixteenth longer).
+/// the one requested first) passes for each piece of a body behind it: the same sixteenth
+/// a level above the default gives the next one ([`cost_bits`]), so a long download behind
+/// a page's images still moves, at a rate that costs the images little (a 100 KB image
+/// takes a sixteenth longer).
 const SIBLING_SHARE: u32 = 16;
 
 /// The byte cost, in virtual time, of `urgency`: the wire scheduler's ([`cost_bits`]), so a
